@@ -1,0 +1,106 @@
+"""flbridge's exceptions.  Each carries the facts as fields and a message that
+says what to change."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+class FlbridgeError(Exception):
+    """Base class of every error flbridge raises on purpose."""
+
+
+@dataclass(frozen=True)
+class SpecProblem:
+    file: str
+    line: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.field}: {self.message}"
+
+
+class SpecError(FlbridgeError, ValueError):
+    """A device spec is wrong.  `file`, `line`, `field`, `message` describe the
+    first problem; `problems` lists all that were found."""
+
+    def __init__(self, problems: list[SpecProblem] | SpecProblem):
+        if isinstance(problems, SpecProblem):
+            problems = [problems]
+        self.problems = list(problems)
+        first = self.problems[0]
+        self.file, self.line, self.field, self.message = first.file, first.line, first.field, first.message
+        text = "\n".join(str(p) for p in self.problems)
+        super().__init__(text)
+
+
+class HeaderError(FlbridgeError):
+    """A vendor header cannot be turned into declarations."""
+
+    def __init__(self, file: str, line: int, message: str):
+        self.file, self.line, self.message = file, line, message
+        super().__init__(f"{file}:{line}: {message}")
+
+
+class RuntimeLoadError(FlbridgeError, OSError):
+    """A vendor runtime library cannot be loaded or lacks a symbol the spec names."""
+
+    def __init__(self, message: str, *, file: str = "", line: int = 0, field: str = "",
+                 library: str = "", symbol: str | None = None, reason: str = ""):
+        self.file, self.line, self.field = file, line, field
+        self.library, self.symbol, self.reason = library, symbol, reason
+        self.message = message
+        where = f"{file}:{line}: {field}: " if file else ""
+        super().__init__(where + message)
+
+
+class DeviceError(FlbridgeError, RuntimeError):
+    """A vendor runtime call returned an error status."""
+
+    def __init__(self, device_type: str, function: str, status: int, status_name: str, message: str):
+        self.device_type, self.function = device_type, function
+        self.status, self.status_name, self.vendor_message = status, status_name, message
+        super().__init__(f"{device_type}: {function} failed with {status_name} ({status}): {message}")
+
+
+class OutOfMemoryError(torch.OutOfMemoryError, FlbridgeError):
+    """Device memory is exhausted (after releasing the cache and retrying)."""
+
+    def __init__(self, device_type: str, index: int, requested: int, in_use: int, cached: int,
+                 capacity: int, vendor_message: str = ""):
+        self.device_type, self.index = device_type, index
+        self.requested, self.in_use, self.cached, self.capacity = requested, in_use, cached, capacity
+        self.vendor_message = vendor_message
+        super().__init__(
+            f"fl:{index} ({device_type}) out of memory: tried to allocate {_fmt(requested)}; "
+            f"{_fmt(in_use)} in use by tensors, {_fmt(cached)} cached (released and retried), "
+            f"capacity {_fmt(capacity)}. Free tensors you no longer need (del, or move them to "
+            f"the CPU with .cpu()), use a smaller batch, or call torch.fl.empty_cache()."
+            + (f" Runtime said: {vendor_message}" if vendor_message else ""))
+
+
+class UnsupportedOpError(FlbridgeError, RuntimeError):
+    """An op cannot run on a chip natively and no fallback is allowed or possible."""
+
+    def __init__(self, op: str, device_type: str, dtype: str | None, reason: str,
+                 supported_dtypes: list[str] | None = None, fix: str = ""):
+        self.op, self.device_type, self.dtype = op, device_type, dtype
+        self.reason, self.supported_dtypes, self.fix = reason, supported_dtypes or [], fix
+        msg = f"Op '{op}' not supported on device '{device_type}'"
+        if dtype:
+            msg += f" with dtype '{dtype}'"
+        msg += f": {reason}."
+        if supported_dtypes:
+            msg += f" Available dtypes: {supported_dtypes}."
+        if fix:
+            msg += f" Suggested fix: {fix}."
+        super().__init__(msg)
+
+
+def _fmt(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} bytes"

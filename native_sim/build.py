@@ -1,0 +1,159 @@
+"""Builds the simulated chip runtimes with the system C compiler.
+
+    python native_sim/build.py [--out DIR] [--force]   # the three .so files
+    python native_sim/build.py --sanitize-test          # C self-tests under ASan+UBSan
+
+The libraries are plain C shared objects (no Python extension, no torch
+headers).  `pip install` runs this through setup.py; nothing else is needed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = HERE / "build"
+CORE = ["common/simcore.c", "common/simkernels.c"]
+CORE_HEADERS = ["common/simcore.h", "common/simkernels.h"]
+
+# name -> (sources, header, defines)
+LIBRARIES = {
+    "libx1sim.so": (["x1/x1_runtime.c"], "x1/x1_runtime.h", ["-DX1_SIM_REVISION=1"]),
+    "libx1v2sim.so": (["x1/x1_runtime.c"], "x1/x1_runtime.h", ["-DX1_SIM_REVISION=2"]),
+    "libth1sim.so": (["th1/th1_runtime.c"], "th1/th1_runtime.h", []),
+}
+SELFTESTS = {
+    "selftest_x1": (["x1/x1_runtime.c", "tests/selftest_x1.c"], ["-DX1_SIM_REVISION=2"]),
+    "selftest_th1": (["th1/th1_runtime.c", "tests/selftest_th1.c"], []),
+}
+WARN = ["-Wall", "-Wextra", "-Werror=implicit-function-declaration"]
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def compiler() -> list[str]:
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    cmd = shlex.split(cc)
+    if not shutil.which(cmd[0]):
+        for alt in ("cc", "gcc", "clang"):
+            if shutil.which(alt):
+                return [alt]
+        raise BuildError(
+            f"no C compiler found (tried {cmd[0]!r}, cc, gcc, clang); install one "
+            "(e.g. `apt-get install gcc`) or set CC"
+        )
+    return cmd
+
+
+def _accepts(cc: list[str], flags: list[str]) -> bool:
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp, "probe.c")
+        src.write_text("int main(void) { return 0; }\n")
+        r = subprocess.run(cc + flags + [str(src), "-o", str(Path(tmp, "probe"))],
+                           capture_output=True)
+        return r.returncode == 0
+
+
+def opt_flags(cc: list[str]) -> list[str]:
+    # The simulators are built on the machine that runs them, so tuning for
+    # this CPU is safe; FLSIM_PORTABLE=1 turns it off for relocatable builds.
+    if os.environ.get("FLSIM_PORTABLE") != "1" and _accepts(cc, ["-march=native"]):
+        return ["-O3", "-march=native"]
+    return ["-O3"]
+
+
+def _run(cmd: list[str]) -> None:
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise BuildError(f"command failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr}")
+
+
+def _stale(target: Path, inputs: list[Path]) -> bool:
+    if not target.exists():
+        return True
+    t = target.stat().st_mtime
+    return any(p.stat().st_mtime > t for p in inputs)
+
+
+def build(out: Path = DEFAULT_OUT, force: bool = False, verbose: bool = False) -> dict[str, Path]:
+    """Compiles every library into `out`; returns {name: path}."""
+    out.mkdir(parents=True, exist_ok=True)
+    cc = compiler()
+    flags = None
+    built = {}
+    for name, (srcs, header, defines) in LIBRARIES.items():
+        target = out / name
+        inputs = [HERE / s for s in CORE + CORE_HEADERS + srcs + [header]] + [Path(__file__)]
+        if force or _stale(target, inputs):
+            flags = flags or opt_flags(cc)
+            cmd = (cc + flags + WARN + ["-std=c11", "-fPIC", "-shared", "-fvisibility=hidden",
+                                        "-pthread"] + defines +
+                   [str(HERE / s) for s in CORE + srcs] + ["-o", str(target), "-lm"])
+            if verbose:
+                print(" ".join(cmd))
+            tmp = target.with_suffix(".so.tmp")
+            cmd[cmd.index(str(target))] = str(tmp)
+            _run(cmd)
+            os.replace(tmp, target)  # atomic: a running process never sees half a file
+        built[name] = target
+    return built
+
+
+def sanitize_test(verbose: bool = False) -> None:
+    """Builds the C self-tests with AddressSanitizer + UBSan and runs them."""
+    cc = compiler()
+    san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (srcs, defines) in SELFTESTS.items():
+            exe = Path(tmp, name)
+            cmd = (cc + ["-O1", "-g", "-std=c11", "-pthread"] + WARN + san + defines +
+                   [str(HERE / s) for s in CORE + srcs] + ["-o", str(exe), "-lm"])
+            if verbose:
+                print(" ".join(cmd))
+            _run(cmd)
+            env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
+                       UBSAN_OPTIONS="print_stacktrace=1")
+            for k in list(env):
+                if k.startswith(("X1SIM_", "TH1SIM_")):
+                    del env[k]
+            r = subprocess.run([str(exe)], capture_output=True, text=True, env=env)
+            sys.stdout.write(r.stdout)
+            if r.returncode != 0:
+                raise BuildError(f"{name} failed under sanitizers (exit {r.returncode}):\n"
+                                 f"{r.stdout}\n{r.stderr}")
+            if any(s in r.stderr for s in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                                           "runtime error:")):
+                raise BuildError(f"{name}: sanitizer report:\n{r.stderr}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--sanitize-test", action="store_true")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    a = ap.parse_args(argv)
+    try:
+        if a.sanitize_test:
+            sanitize_test(a.verbose)
+            print("sanitizer self-tests: clean")
+        else:
+            for name, path in build(a.out, a.force, a.verbose).items():
+                print(f"{name}: {path}")
+    except BuildError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+/*
+ * x1_runtime.h -- SparkAI X1-Edge NPU user-mode runtime (simulated).
+ *
+ * Version 1.2.0.  All calls return an x1_status_t; on failure,
+ * x1_get_last_error() describes the failure for the calling thread.
+ *
+ * Memory model: x1_malloc returns device addresses (x1_devptr_t) that are not
+ * host pointers.  Move data with the x1_memcpy_* family, or make host memory
+ * visible to the NPU without copying with x1_mem_map (zero-copy).
+ *
+ * Tensors are passed as x1_tensor_t descriptors: a device address, a shape and
+ * strides counted in elements.  A stride of 0 broadcasts.  Kernels require all
+ * tensor operands to have the output's shape and the same dtype unless noted.
+ *
+ * Environment:
+ *   X1SIM_CAPACITY  device memory size (e.g. "64M"); overrides x1_init's argument
+ *   X1SIM_STRICT    "1": an invalid launch aborts the process (like a driver crash)
+ *   X1SIM_FAULTS    "kernel:N[+],...": the Nth call of kernel fails with X1_ERR_DEVICE
+ */
+#ifndef X1_RUNTIME_H
+#define X1_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#if defined(__GNUC__)
+#define X1_API __attribute__((visibility("default")))
+#else
+#define X1_API
+#endif
+
+#define X1_RUNTIME_VERSION_MAJOR 1
+#define X1_RUNTIME_VERSION_MINOR 2
+#define X1_MAX_DIMS 8
+#define X1_KERNEL_NAME_LEN 32
+#define X1_MAP_ALIGNMENT 64 /* x1_mem_map needs host memory aligned to this */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum x1_status {
+    X1_SUCCESS = 0,
+    X1_ERR_INVALID_VALUE = 1,
+    X1_ERR_OUT_OF_MEMORY = 2,
+    X1_ERR_UNSUPPORTED = 3,      /* configuration the NPU cannot execute */
+    X1_ERR_DEVICE = 4,           /* hardware fault; the launch did not complete */
+    X1_ERR_NOT_INITIALIZED = 5,
+    X1_ERR_INVALID_ADDRESS = 6,
+    X1_ERR_DATA = 7              /* data-dependent failure (e.g. index out of range) */
+} x1_status_t;
+
+typedef enum x1_dtype {
+    X1_FLOAT32 = 0,
+    X1_FLOAT16 = 1,
+    X1_INT8 = 2,
+    X1_UINT8 = 3,
+    X1_INT32 = 4,
+    X1_INT64 = 5,
+    X1_BOOL = 6
+} x1_dtype_t;
+
+typedef uint64_t x1_devptr_t;
+
+typedef struct x1_tensor {
+    x1_devptr_t data;            /* address of element [0, ..., 0] */
+    int32_t ndim;
+    int32_t dtype;               /* x1_dtype_t */
+    int64_t shape[X1_MAX_DIMS];
+    int64_t strides[X1_MAX_DIMS]; /* in elements */
+} x1_tensor_t;
+
+typedef struct x1_counters {
+    uint64_t h2d_bytes;
+    uint64_t h2d_calls;          /* a batched copy counts as one call */
+    uint64_t h2d_batch_calls;
+    uint64_t d2h_bytes;
+    uint64_t d2h_calls;
+    uint64_t d2d_bytes;
+    uint64_t d2d_calls;
+    uint64_t mapped_bytes;       /* total ever mapped */
+    uint64_t map_calls;
+    uint64_t unmap_calls;
+    uint64_t live_bytes;         /* device memory in use (256-byte granules) */
+    uint64_t peak_bytes;
+    uint64_t live_mapped_bytes;
+    uint64_t alloc_calls;
+    uint64_t free_calls;
+    uint64_t kernel_launches;
+} x1_counters_t;
+
+typedef struct x1_kernel_counter {
+    char name[X1_KERNEL_NAME_LEN];
+    uint64_t launches;
+} x1_kernel_counter_t;
+
+/* ---- runtime ---- */
+X1_API x1_status_t x1_init(uint64_t capacity_bytes); /* 0: X1SIM_CAPACITY or 4 GiB */
+X1_API x1_status_t x1_shutdown(void);
+X1_API const char *x1_get_last_error(void);
+X1_API const char *x1_status_string(x1_status_t status);
+X1_API x1_status_t x1_synchronize(void);
+
+/* ---- memory ---- */
+X1_API x1_status_t x1_malloc(x1_devptr_t *ptr, size_t nbytes);
+X1_API x1_status_t x1_free(x1_devptr_t ptr);
+X1_API x1_status_t x1_mem_get_info(uint64_t *free_bytes, uint64_t *total_bytes);
+X1_API x1_status_t x1_memcpy_h2d(x1_devptr_t dst, const void *src, size_t nbytes);
+X1_API x1_status_t x1_memcpy_d2h(void *dst, x1_devptr_t src, size_t nbytes);
+X1_API x1_status_t x1_memcpy_d2d(x1_devptr_t dst, x1_devptr_t src, size_t nbytes);
+/* count copies in one submission; all entries are checked before any byte moves */
+X1_API x1_status_t x1_memcpy_h2d_batch(const x1_devptr_t *dst, const void *const *src,
+                                       const size_t *nbytes, size_t count);
+/* zero-copy: host memory becomes addressable by kernels, no bytes move */
+X1_API x1_status_t x1_mem_map(const void *host_ptr, size_t nbytes, x1_devptr_t *ptr);
+X1_API x1_status_t x1_mem_unmap(x1_devptr_t ptr);
+
+/* ---- profiling / debug ---- */
+X1_API x1_status_t x1_get_counters(x1_counters_t *counters);
+X1_API x1_status_t x1_reset_counters(void);
+X1_API x1_status_t x1_get_kernel_counters(x1_kernel_counter_t *counters, int32_t capacity,
+                                          int32_t *count);
+X1_API x1_status_t x1_debug_set_faults(const char *spec); /* same syntax as X1SIM_FAULTS */
+
+/* ---- elementwise (float32, float16) ---- */
+X1_API x1_status_t x1_add(const x1_tensor_t *self, const x1_tensor_t *other, double alpha,
+                          x1_tensor_t *out);
+X1_API x1_status_t x1_sub(const x1_tensor_t *self, const x1_tensor_t *other, double alpha,
+                          x1_tensor_t *out);
+X1_API x1_status_t x1_mul(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
+X1_API x1_status_t x1_div(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
+X1_API x1_status_t x1_relu(const x1_tensor_t *self, x1_tensor_t *out);
+/* approximate: "none" or "tanh" */
+X1_API x1_status_t x1_gelu(const x1_tensor_t *self, const char *approximate, x1_tensor_t *out);
+X1_API x1_status_t x1_sigmoid(const x1_tensor_t *self, x1_tensor_t *out);
+X1_API x1_status_t x1_tanh(const x1_tensor_t *self, x1_tensor_t *out);
+X1_API x1_status_t x1_exp(const x1_tensor_t *self, x1_tensor_t *out);
+X1_API x1_status_t x1_neg(const x1_tensor_t *self, x1_tensor_t *out);
+X1_API x1_status_t x1_sqrt(const x1_tensor_t *self, x1_tensor_t *out);
+X1_API x1_status_t x1_rsqrt(const x1_tensor_t *self, x1_tensor_t *out);
+
+/* ---- matrix (float32, float16) ---- */
+X1_API x1_status_t x1_mm(const x1_tensor_t *self, const x1_tensor_t *mat2, x1_tensor_t *out);
+X1_API x1_status_t x1_bmm(const x1_tensor_t *self, const x1_tensor_t *mat2, x1_tensor_t *out);
+/* out = beta * self + alpha * mat1 @ mat2; self expanded to out's shape */
+X1_API x1_status_t x1_addmm(const x1_tensor_t *self, const x1_tensor_t *mat1,
+                            const x1_tensor_t *mat2, double beta, double alpha, x1_tensor_t *out);
+/* int8 GEMM: uint8 operands with zero point 128, int32 result:
+ * out[i,j] = sum_k (self[i,k] - 128) * (mat2[k,j] - 128) */
+X1_API x1_status_t x1_gemm_u8(const x1_tensor_t *self, const x1_tensor_t *mat2, x1_tensor_t *out);
+/* int8 -> uint8 with zero point 128 (dst = src + 128), for x1_gemm_u8 operands */
+X1_API x1_status_t x1_s8_to_u8(const x1_tensor_t *src, x1_tensor_t *dst);
+
+/* ---- convolution and pooling: NHWC only ----
+ * input  [N, H, W, C] contiguous;  weight [O, KH, KW, C/groups] contiguous (OHWI)
+ * out    [N, OH, OW, O] (any strides)
+ * stride in {1,2,4}, padding in {0,1,2}, groups in {1,2,4}, dilation 1.
+ * Revision 1 silicon runs float16 only; revision 2 adds float32. */
+X1_API x1_status_t x1_conv2d(const x1_tensor_t *input, const x1_tensor_t *weight,
+                             const x1_tensor_t *bias, const int64_t *stride,
+                             const int64_t *padding, const int64_t *dilation, int64_t groups,
+                             x1_tensor_t *out);
+/* stride_len 0 means stride = kernel_size; indices may be NULL (flat h*W+w per plane) */
+X1_API x1_status_t x1_max_pool2d(const x1_tensor_t *self, const int64_t *kernel_size,
+                                 const int64_t *stride, int64_t stride_len,
+                                 const int64_t *padding, const int64_t *dilation, bool ceil_mode,
+                                 x1_tensor_t *out, x1_tensor_t *indices);
+/* divisor_override 0 means none */
+X1_API x1_status_t x1_avg_pool2d(const x1_tensor_t *self, const int64_t *kernel_size,
+                                 const int64_t *stride, int64_t stride_len,
+                                 const int64_t *padding, bool ceil_mode, bool count_include_pad,
+                                 int64_t divisor_override, x1_tensor_t *out);
+X1_API x1_status_t x1_adaptive_avg_pool2d(const x1_tensor_t *self, const int64_t *output_size,
+                                          x1_tensor_t *out);
+
+/* ---- normalization, reduction, misc ---- */
+/* inference batch norm over dim 1 of [N, C, ...]; weight and bias may be NULL */
+X1_API x1_status_t x1_batch_norm(const x1_tensor_t *input, const x1_tensor_t *weight,
+                                 const x1_tensor_t *bias, const x1_tensor_t *running_mean,
+                                 const x1_tensor_t *running_var, double eps, x1_tensor_t *out);
+/* mean and rstd may be NULL */
+X1_API x1_status_t x1_layer_norm(const x1_tensor_t *input, const int64_t *normalized_shape,
+                                 int64_t normalized_shape_len, const x1_tensor_t *weight,
+                                 const x1_tensor_t *bias, double eps, x1_tensor_t *out,
+                                 x1_tensor_t *mean, x1_tensor_t *rstd);
+/* dim_len 0 reduces every dim */
+X1_API x1_status_t x1_sum(const x1_tensor_t *self, const int64_t *dim, int64_t dim_len,
+                          bool keepdim, x1_tensor_t *out);
+X1_API x1_status_t x1_mean(const x1_tensor_t *self, const int64_t *dim, int64_t dim_len,
+                           bool keepdim, x1_tensor_t *out);
+X1_API x1_status_t x1_embedding(const x1_tensor_t *weight, const x1_tensor_t *indices,
+                                x1_tensor_t *out);
+/* strided copy with dtype conversion (all dtypes) */
+X1_API x1_status_t x1_copy(const x1_tensor_t *src, x1_tensor_t *dst);
+X1_API x1_status_t x1_fill(x1_tensor_t *self, double value);
+/* Generic softmax through the vector unit: slower than a fused kernel, but it
+ * exists (the NPU has no dedicated softmax). */
+X1_API x1_status_t custom_softmax_x1(const x1_tensor_t *self, int64_t dim, x1_tensor_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* X1_RUNTIME_H */
