@@ -1,0 +1,41 @@
+"""What ran where and what crossed the bus, per chip.
+
+Counts are kept by flbridge itself (so they exist for any runtime); the
+runtime's own counters, when it has them, are reported beside them under
+"runtime".
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+
+log = logging.getLogger("flbridge")
+
+TRANSFER_KEYS = ("h2d_bytes", "h2d_calls", "d2h_bytes", "d2h_calls", "mapped_bytes", "map_calls",
+                 "d2d_bytes", "d2d_calls")
+OP_KEYS = ("native_ops", "fallback_ops", "vendor_fallback_ops", "python_fallback_ops",
+           "decomposed_ops", "cpu_fallback_ops", "vendor_errors")
+
+
+class ChipStats:
+    """Counters for one chip.  Increments are plain int adds under the GIL;
+    the route table is a Counter keyed by (op, route, detail)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        for k in TRANSFER_KEYS + OP_KEYS:
+            setattr(self, k, 0)
+        self.routes: Counter = Counter()
+
+    def route(self, op: str, kind: str, detail: str) -> None:
+        self.routes[(op, kind, detail)] += 1
+
+    def as_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in TRANSFER_KEYS + OP_KEYS}
+        d["routes"] = [{"op": op, "route": kind, "detail": detail, "calls": n}
+                       for (op, kind, detail), n in sorted(self.routes.items(), key=lambda kv: -kv[1])]
+        return d

@@ -1,0 +1,97 @@
+"""FLBRIDGE_* environment knobs, read at init() (and by reload()).
+
+Every variable starting with FLBRIDGE_ is checked: a name flbridge does not
+know is warned about, with the closest known name, so a typo never silently
+does nothing.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import warnings
+from dataclasses import dataclass, field
+
+KNOWN = {
+    "FLBRIDGE_DEVICE_DIR": "folders holding device spec YAML files (path list)",
+    "FLBRIDGE_FALLBACK": "0: never fall back to the CPU; raise UnsupportedOpError instead (default 1)",
+    "FLBRIDGE_FORCE_FALLBACK": "comma-separated regexes of op names sent to the CPU (bisect a kernel)",
+    "FLBRIDGE_LOG": "comma-separated: dispatch, fallback, transfer (or all)",
+    "FLBRIDGE_WARN": "fallback warnings: once (default, per op/chip/reason), always, or off",
+    "FLBRIDGE_ZERO_COPY": "0: never map host memory, always copy (default 1)",
+    "FLBRIDGE_CACHING_ALLOCATOR": "0: free device memory at once instead of caching it (default 1)",
+}
+LOG_TOPICS = ("dispatch", "fallback", "transfer")
+
+
+class ConfigWarning(UserWarning):
+    pass
+
+
+@dataclass
+class Config:
+    fallback: bool = True
+    force_fallback: list = field(default_factory=list)   # compiled regexes
+    log: frozenset = frozenset()
+    warn: str = "once"
+    zero_copy: bool = True
+    caching_allocator: bool = True
+
+    def forced(self, qualname: str) -> bool:
+        return any(r.search(qualname) for r in self.force_fallback)
+
+
+def _flag(name: str, default: bool) -> bool:
+    v = os.environ.get(name)
+    if v is None or v.strip() == "":
+        return default
+    v = v.strip().lower()
+    if v in ("0", "false", "no", "off"):
+        return False
+    if v in ("1", "true", "yes", "on"):
+        return True
+    warnings.warn(f"{name}={os.environ[name]!r} is not 0/1; using {int(default)}", ConfigWarning, stacklevel=3)
+    return default
+
+
+def load() -> Config:
+    for name in os.environ:
+        if name.startswith("FLBRIDGE_") and name not in KNOWN:
+            near = difflib.get_close_matches(name, list(KNOWN), 1, 0.6)
+            hint = f"; did you mean {near[0]}?" if near else f" (known: {', '.join(KNOWN)})"
+            warnings.warn(f"unknown environment variable {name} is ignored{hint}", ConfigWarning, stacklevel=3)
+    cfg = Config()
+    cfg.fallback = _flag("FLBRIDGE_FALLBACK", True)
+    cfg.zero_copy = _flag("FLBRIDGE_ZERO_COPY", True)
+    cfg.caching_allocator = _flag("FLBRIDGE_CACHING_ALLOCATOR", True)
+    pats = os.environ.get("FLBRIDGE_FORCE_FALLBACK", "")
+    for p in filter(None, (x.strip() for x in pats.split(","))):
+        try:
+            cfg.force_fallback.append(re.compile(p))
+        except re.error as e:
+            warnings.warn(f"FLBRIDGE_FORCE_FALLBACK: {p!r} is not a regex ({e}); ignored", ConfigWarning,
+                          stacklevel=3)
+    topics = {t.strip().lower() for t in os.environ.get("FLBRIDGE_LOG", "").split(",") if t.strip()}
+    if "all" in topics:
+        topics = set(LOG_TOPICS)
+    for t in topics - set(LOG_TOPICS):
+        warnings.warn(f"FLBRIDGE_LOG: unknown topic {t!r} (known: {', '.join(LOG_TOPICS)}, all)",
+                      ConfigWarning, stacklevel=3)
+    cfg.log = frozenset(topics & set(LOG_TOPICS))
+    w = os.environ.get("FLBRIDGE_WARN", "once").strip().lower() or "once"
+    if w not in ("once", "always", "off"):
+        warnings.warn(f"FLBRIDGE_WARN={w!r}: expected once, always or off; using once", ConfigWarning,
+                      stacklevel=3)
+        w = "once"
+    cfg.warn = w
+    return cfg
+
+
+CONFIG = Config()
+
+
+def reload() -> Config:
+    """Re-reads the environment (init() does this)."""
+    new = load()
+    CONFIG.__dict__.update(new.__dict__)
+    return CONFIG

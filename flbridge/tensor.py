@@ -1,0 +1,119 @@
+"""XPUTensor: a tensor on an `fl` device.
+
+A wrapper subclass: PyTorch sees a tensor of device `fl:N` with its own
+size, stride, offset and dtype; the bytes live in a shared
+:class:`~flbridge.residency.Storage` (`_st`).  Every aten op on it reaches
+``__torch_dispatch__`` (the router).  Python-level torch functions are not
+intercepted (no ``__torch_function__`` cost).
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from .residency import Storage
+
+
+class XPUTensor(torch.Tensor):
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    # set by router (import cycle): __torch_dispatch__ = classmethod(router.dispatch)
+
+    def __repr__(self, *, tensor_contents=None):
+        # PyTorch's own formatting (device, dtype, grad_fn suffixes) on values
+        # read from the host, printed as tensor(...) like any device's tensor
+        if tensor_contents is None:
+            tensor_contents = torch._tensor_str._tensor_str(host_copy(self), len("tensor("))
+        s = torch._tensor_str._str(self, tensor_contents=tensor_contents)
+        name = type(self).__name__ + "("
+        if s.startswith(name):
+            s = "tensor(" + s[len(name):]
+        if getattr(self, "_is_param", False):
+            s = "Parameter containing:\n" + s
+        return s
+
+    def tolist(self):
+        return host_copy(self).tolist()
+
+    def numpy(self, *, force: bool = False):
+        if force:
+            return host_copy(self).numpy()
+        raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to "
+                        f"copy the tensor to host memory first.")
+
+    def __reduce_ex__(self, proto):
+        # Pickle (and torch.save) as a plain CPU tensor, so a saved state dict
+        # loads anywhere, including with weights_only=True and no flbridge.
+        t = host_copy(self)
+        if self.requires_grad and self.is_leaf:
+            t.requires_grad_(True)
+        if isinstance(self, torch.nn.Parameter) or getattr(self, "_is_param", False):
+            return torch.nn.Parameter(t, self.requires_grad).__reduce_ex__(proto)
+        return t.__reduce_ex__(proto)
+
+    def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the "
+                               "deepcopy protocol at the moment.  If you were attempting to deepcopy a "
+                               "module, this may be because of a torch.nn.utils.weight_norm usage, see "
+                               "https://github.com/pytorch/pytorch/pull/103001")
+        with torch.no_grad():
+            new = self.clone()
+        new.requires_grad_(self.requires_grad)
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        for k, v in self.__dict__.items():
+            if k != "_st":
+                setattr(new, k, copy.deepcopy(v, memo))
+        memo[id(self)] = new
+        return new
+
+
+def new_tensor(chip, shape, strides, dtype, storage: Storage | None = None, offset: int = 0) -> XPUTensor:
+    """An XPUTensor over `storage` (a fresh, empty one if None)."""
+    if storage is None:
+        numel = 1
+        for s in shape:
+            numel *= s
+        span = (1 + sum((s - 1) * st for s, st in zip(shape, strides))) if numel else 0
+        storage = Storage(chip, (span + offset) * _itemsize(dtype) if span else 0)
+    t = torch.Tensor._make_wrapper_subclass(XPUTensor, shape, strides=strides, storage_offset=offset,
+                                            dtype=dtype, device=chip.device)
+    t._st = storage
+    return t
+
+
+_ITEMSIZES: dict = {}
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    n = _ITEMSIZES.get(dtype)
+    if n is None:
+        n = _ITEMSIZES[dtype] = torch.empty(0, dtype=dtype).element_size()
+    return n
+
+
+def contiguous_strides(shape) -> tuple:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+def host_view(t: XPUTensor) -> torch.Tensor:
+    """A CPU tensor aliasing t's host bytes (made current first)."""
+    st = t._st
+    st.ensure_host()
+    if not st.nbytes:
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+    return st.host_flat(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def host_copy(t: XPUTensor) -> torch.Tensor:
+    """A CPU tensor with t's values that does not alias anything of flbridge's."""
+    with torch.no_grad():
+        return host_view(t).clone()
