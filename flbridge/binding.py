@@ -186,10 +186,14 @@ def _step(entry, opi, fn, p, kind, ci, out_params, consumed):
         if kind not in ("bool", "int"):
             raise BindError(f"{where} ({p.ctype}) receives the bool '{a.name}'")
         return (BOOL, a.index, None)
-    if a.kind in ("int", "dtype"):
+    if a.kind in ("int", "dtype") and kind != "desc":
         if kind not in ("int", "float"):
             raise BindError(f"{where} ({p.ctype}) receives the integer '{a.name}'")
         return (INT, a.index, None)
+    if a.kind in ("float", "number", "int") and kind == "desc":
+        # a scalar where the kernel takes a tensor: passed as a 0-dim device
+        # constant (x.mul_(2.0) runs on the same kernel as x.mul_(y))
+        return (TENSOR, a.index, False)
     if a.kind in ("float", "number"):
         if kind == "float":
             return (FLOAT, a.index, None)

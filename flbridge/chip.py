@@ -26,6 +26,8 @@ class Chip:
         self.generator.manual_seed(torch.initial_seed())
         self._constants: OrderedDict = OrderedDict()
         self._const_lock = threading.Lock()
+        self._const_descs: dict = {}
+        self._const_keep: dict = {}
 
     def __repr__(self) -> str:
         return f"<Chip fl:{self.index} {self.device_type}>"
@@ -57,6 +59,19 @@ class Chip:
             if len(self._constants) > 256:
                 self._constants.popitem(last=False)
         return t
+
+    def constant_desc(self, value, dtype: torch.dtype, shape):
+        """Descriptor of constant(value, dtype) broadcast to `shape` (stride 0), cached."""
+        key = (type(value), value, dtype, tuple(shape))
+        d = self._const_descs.get(key)
+        if d is None:
+            t = self.constant(value, dtype)
+            d = self.runtime.desc(t._st.dev, tuple(shape), (0,) * len(shape), dtype)
+            if len(self._const_descs) > 1024:
+                self._const_descs.clear()
+            self._const_descs[key] = d
+            self._const_keep[key] = t  # keeps the constant's storage alive
+        return d
 
     def memory_allocated(self) -> int:
         return self.allocator.allocated

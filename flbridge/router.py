@@ -61,7 +61,14 @@ class Reason:
 
 def dispatch(cls, func, types, args=(), kwargs=None):
     h = _HANDLERS.get(func)
-    if h is None:
+    if h is _route:
+        # the common case, inlined: the chip of the first argument, its route
+        a = args[0] if args else None
+        if type(a) is XPUTensor:
+            r = a._st.chip.routes.get(func)
+            if r is not None:
+                return r(args, kwargs or {})
+    elif h is None:
         h = _HANDLERS[func] = _classify(func)
     return h(func, args, kwargs or {})
 
@@ -125,6 +132,12 @@ class OpRoute:
         nat = self.bound
         if nat is not None and not self.forced:
             vals = _normalize(self.opi, args, kwargs)
+            if nat.fast:
+                out = nat.run_fast(vals)
+                if out is not None and out is not _FAILED:
+                    return out
+                if out is _FAILED:
+                    return self.fallback(args, kwargs, nat.failure)
             reason = nat.reason(vals)
             if reason is None:
                 out = nat.run(vals, args, kwargs)
@@ -191,7 +204,7 @@ class OpRoute:
                 return
             chip.warned.add(key)
         warnings.warn(f"flbridge: {self.qualname} on {chip.device_type} ({chip.device}) does not run "
-                      f"natively: {reason}; {action}", FallbackWarning, stacklevel=4)
+                      f"natively: {reason}; {action}", FallbackWarning, stacklevel=_user_stacklevel())
 
     def _unsupported(self, reason: Reason, why: str) -> UnsupportedOpError:
         chip = self.chip
@@ -291,6 +304,19 @@ class OpRoute:
 
 _FAILED = object()
 _ACTIVE = threading.local()
+_PKG_DIR = __file__.rsplit("/", 1)[0]
+_TORCH_DIR = torch.__file__.rsplit("/", 1)[0]
+
+
+def _user_stacklevel() -> int:
+    """stacklevel pointing warnings.warn at the first frame outside flbridge
+    and torch (the user's line)."""
+    import sys
+    f, level = sys._getframe(1), 1
+    while f is not None and (f.f_code.co_filename.startswith(_PKG_DIR) or
+                             f.f_code.co_filename.startswith(_TORCH_DIR)):
+        f, level = f.f_back, level + 1
+    return level
 
 # Ops PyTorch lets mix an accelerator tensor with CPU index tensors.
 _CPU_TENSOR_ARGS_OK = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
@@ -385,6 +411,16 @@ class _Native:
         self.range_checks = [(opi.by_name[n].index, n, lo_hi) for n, lo_hi in self.cons.range.items()]
         self.present = {opi.by_name[n].index for n in self.cons.present}
         self.arg_index = {a.name: a.index for a in opi.args}
+        # Fast path: pointwise kernels without layout/contiguity/quirk needs or
+        # constraints; when every tensor input has the same shape, dtype and a
+        # contiguous layout, the result is a contiguous tensor of that shape
+        # and dtype (TensorIterator's rule) and no meta call is needed.
+        self.tensor_idx = tuple(a for a, _, _ in self.tensor_args)
+        self.fast = (torch.Tag.pointwise in route.func.tags and not e.layout and not e.contiguous
+                     and not e.quirks and not self.cons and len(opi.rets) == 1 and not self.mapped
+                     and bool(self.tensor_idx))
+        self.inplace_idx = opi.rets[0].alias_arg if opi.rets else None
+        self.route_key = (route.qualname, "native", e.impl)
         self.needs_copy = bool(e.layout or e.contiguous)
         # output C params by return index -> layout key
         self.out_layouts = {}
@@ -502,6 +538,72 @@ class _Native:
 
     # ------------------------------------------------------------ run
 
+    def run_fast(self, vals):
+        """The common case in a few steps; None when it does not apply."""
+        chip = self.chip
+        shape = dtype = strides = None
+        tensors = []
+        for idx in self.tensor_idx:
+            v = vals[idx]
+            if type(v) is XPUTensor:
+                if v._st.chip is not chip:
+                    return None
+                if shape is None:
+                    shape, dtype, strides = v.shape, v.dtype, v.stride()
+                elif v.shape != shape or v.dtype != dtype or v.stride() != strides:
+                    return None
+                tensors.append(v)
+            elif v.__class__ not in (int, float):
+                return None
+        if dtype is None or dtype not in self.entry.dtypes or not dtype.is_floating_point \
+                or len(shape) > self.rt.max_dims or not is_contiguous(shape, strides):
+            return None
+        for idx, name, default in self.plan.unconsumed:
+            v = vals[idx]
+            if v is not default and v != default:
+                return None
+        need = [t._st for t in tensors if not t._st.dev_valid]
+        if need:
+            make_resident(chip, need)
+        rt = self.rt
+        if self.inplace_idx is not None:
+            out = vals[self.inplace_idx]
+            if type(out) is not XPUTensor or out.shape != shape:
+                return None
+        else:
+            out = _fresh(chip, shape, strides, dtype)
+        cargs = []
+        for kind, a, b in self.plan.steps:
+            if kind == B.TENSOR:
+                v = vals[a]
+                cargs.append(_desc(rt, v) if type(v) is XPUTensor else chip.constant_desc(v, dtype, shape))
+            elif kind == B.OUTPUT:
+                cargs.append(_desc(rt, out))
+            elif kind == B.FLOAT:
+                cargs.append(float(vals[a]))
+            elif kind == B.INT:
+                v = vals[a]
+                cargs.append(0 if v is None else int(v))
+            elif kind == B.BOOL:
+                cargs.append(bool(vals[a]))
+            elif kind == B.STRING:
+                cargs.append(vals[a].encode())
+            elif kind == B.CONST:
+                cargs.append(rt.ffi.NULL if a is None else a)
+            else:
+                return None
+        st = self.cfn(*cargs)
+        if st != rt._ok:
+            self._vendor_failed(rt.error(st, self.impl))
+            return _FAILED
+        out._st.wrote_device()
+        s = chip.stats
+        s.native_ops += 1
+        s.routes[self.route_key] += 1
+        if "dispatch" in CONFIG.log:
+            log.info("dispatch %s on %s: native %s", self.route.qualname, chip.device_type, self.impl)
+        return out
+
     def run(self, vals, args, kwargs):
         """Runs the kernel; returns the op's result, or _FAILED after a vendor
         error (self.failure says why) with every input untouched."""
@@ -570,7 +672,8 @@ class _Native:
                 elif kind == B.BOOL:
                     cargs.append(bool(vals[a]))
                 elif kind == B.INTLIST:
-                    cargs.append(_int_list(vals[a], opi.args[a].fixed_len, a in self.lengths))
+                    v = _int_list(vals[a], opi.args[a].fixed_len, a in self.lengths)
+                    cargs.append(rt.ffi.NULL if v is None else v)
                 elif kind == B.LENGTH:
                     v = _int_list(vals[a], opi.args[a].fixed_len, True)
                     cargs.append(0 if v is None else len(v))
@@ -615,7 +718,7 @@ class _Native:
             chip.reported_errors.add(key)
             warnings.warn(f"flbridge: {err.function} failed on {chip.device_type} ({err.status_name}: "
                           f"{err.vendor_message}); running {self.route.qualname} through the fallback "
-                          f"instead (inputs were not modified)", FallbackWarning, stacklevel=5)
+                          f"instead (inputs were not modified)", FallbackWarning, stacklevel=_user_stacklevel())
 
     def _input_desc(self, v, name, ref, out_shape, temps) -> View:
         e, rt, chip = self.entry, self.rt, self.chip
@@ -657,6 +760,40 @@ class _Native:
             copybacks.append((tmp, view))
             return tmp.desc(rt)
         return view.desc(rt)
+
+
+def _fresh(chip, shape, strides, dtype) -> XPUTensor:
+    """A new result tensor with device memory (dense strides)."""
+    numel = 1
+    for d in shape:
+        numel *= d
+    st = Storage(chip, numel * _itemsize(dtype))
+    if numel:
+        st.dev, st.dev_size = chip.allocator.alloc(st.nbytes)
+    t = torch.Tensor._make_wrapper_subclass(XPUTensor, shape, strides=strides, dtype=dtype, device=chip.device)
+    t._st = st
+    return t
+
+
+def _desc(rt, t):
+    """t's descriptor.  Kept on the tensor while its device address holds
+    (set_geometry() drops it when the geometry changes in place); otherwise
+    looked up by address and geometry in the runtime's cache (the caching
+    allocator hands the same block to the next result of the same size)."""
+    d = t.__dict__
+    dev = t._st.dev
+    if d.get("_dd") == dev:
+        return d["_d"]
+    key = (dev, t.storage_offset(), t.shape, t.stride(), t.dtype)
+    desc = rt.desc_cache.get(key)
+    if desc is None:
+        desc = rt.desc(dev, key[2], key[3], key[4], key[1])
+        if len(rt.desc_cache) > 8192:
+            rt.desc_cache.clear()
+        rt.desc_cache[key] = desc
+    d["_d"] = desc
+    d["_dd"] = dev
+    return desc
 
 
 # ops whose written argument's old contents are not read
@@ -828,6 +965,7 @@ def _wrap_results(chip, result, host_to_xpu, storages):
 def set_geometry(t: XPUTensor, shape, strides, offset) -> None:
     """Rewrites t's size/stride/offset in place (PyTorch's own set_ on the
     wrapper's metadata, run with the meta kernel)."""
+    t.__dict__.pop("_dd", None)
     src = torch.Tensor._make_wrapper_subclass(XPUTensor, shape, strides=strides, storage_offset=offset,
                                               dtype=t.dtype, device=t.device)
     with torch.utils._mode_utils.no_dispatch():
@@ -887,6 +1025,7 @@ def _alias(func, args, kwargs):
 def _inplace_view(func, args, kwargs):
     """t_(), transpose_(), as_strided_(), ...: rewrite the wrapper's own
     metadata with the meta kernel."""
+    args[0].__dict__.pop("_dd", None)
     with torch.utils._mode_utils.no_dispatch():
         prev = torch._C._meta_in_tls_dispatch_include()
         torch._C._set_meta_in_tls_dispatch_include(True)
@@ -1024,23 +1163,69 @@ def _fused_sdp_choice(func, args, kwargs):
 def _foreach(func, args, kwargs):
     """_foreach_* ops run element by element, each through the router."""
     opi = info(func)
-    name = opi.qualname.split("::", 1)[1].split(".", 1)[0][len("_foreach_"):]
-    packet = getattr(aten, name)
     vals = _normalize(opi, args, kwargs)
-    lists = [i for i, a in enumerate(opi.args) if a.kind in ("tensor[]", "float[]") or
-             (a.kind == "other" and isinstance(vals[i], (list, tuple)))]
+    lists = [i for i, v in enumerate(vals) if isinstance(v, (list, tuple))]
     n = len(vals[lists[0]])
     results = []
     for k in range(n):
-        pos, kw = [], {}
-        for i, a in enumerate(opi.args):
-            v = vals[i][k] if i in lists else vals[i]
-            if a.kwarg_only:
-                kw[a.name] = v
-            else:
-                pos.append(v)
-        results.append(packet(*pos, **kw))
+        elem = [vals[i][k] if i in lists else vals[i] for i in range(len(vals))]
+        op, npos, kwnames = _per_element(func, elem)
+        results.append(op(*elem[:npos], **dict(zip(kwnames, elem[npos:]))))
     return None if not opi.rets else results
+
+
+_PER_ELEMENT: dict = {}
+
+
+def _per_element(func, elem):
+    """The plain op (overload) a _foreach_ op applies to each element, and how
+    to pass it the element's values (positional count, keyword names)."""
+    kinds = tuple(isinstance(v, torch.Tensor) for v in elem)
+    key = (func, kinds)
+    got = _PER_ELEMENT.get(key)
+    if got is not None:
+        return got
+    name = func._schema.name[len("aten::_foreach_"):]
+    packet = getattr(aten, name)
+    for ovl in packet.overloads():
+        if "out" in ovl:
+            continue
+        op = getattr(packet, ovl)
+        oi = info(op)
+        pos = [a for a in oi.args if not a.kwarg_only]
+        kw = [a for a in oi.args if a.kwarg_only]
+        npos = min(len(pos), len(elem))
+        if any(a.default is NO_DEFAULT for a in pos[npos:]) or len(elem) - npos > len(kw):
+            continue
+        bound = pos[:npos] + kw[:len(elem) - npos]
+        if all(_fits(a, v) for a, v in zip(bound, elem)):
+            got = _PER_ELEMENT[key] = (op, npos, [a.name for a in kw[:len(elem) - npos]])
+            return got
+    raise NotImplementedError(f"flbridge: no aten::{name} overload takes the elements of {func}")
+
+
+def _fits(arg, v) -> bool:
+    if arg.kind == "tensor":
+        return isinstance(v, torch.Tensor)
+    if arg.kind == "tensor?":
+        return v is None or isinstance(v, torch.Tensor)
+    if arg.kind in ("int", "float", "number", "bool"):
+        return isinstance(v, (int, float, bool)) or (arg.kind == "number" and isinstance(v, complex))
+    return not isinstance(v, torch.Tensor)
+
+
+def _full_like(func, args, kwargs):
+    """zeros_like / ones_like / full_like: allocate on the chip, then fill
+    there (the fill is routed like any op, natively when the chip has it)."""
+    self = args[0]
+    if func is aten.full_like.default:
+        value = args[1] if len(args) > 1 else kwargs["fill_value"]
+        rest = {k: v for k, v in kwargs.items() if k != "fill_value"}
+    else:
+        value = 1 if func is aten.ones_like.default else 0
+        rest = kwargs
+    t = aten.empty_like.default(self, **rest)
+    return aten.fill_.Scalar(t, value)
 
 
 _EXPLICIT = {
@@ -1050,6 +1235,9 @@ _EXPLICIT = {
     aten.empty_like.default: _empty_like,
     aten.new_empty.default: _empty_like,
     aten.new_empty_strided.default: _empty_like,
+    aten.zeros_like.default: _full_like,
+    aten.ones_like.default: _full_like,
+    aten.full_like.default: _full_like,
     aten.detach.default: _alias,
     aten.alias.default: _alias,
     aten.lift_fresh.default: _identity,

@@ -48,6 +48,7 @@ class Runtime:
         self.device_type = spec.device_type
         self._lock = threading.Lock()
         self.ops: dict = {}          # OpOverload -> BoundOp
+        self.desc_cache: dict = {}   # (addr, offset, shape, strides, dtype) -> descriptor
         self.vendor_fallbacks: dict = {}  # OpOverload -> BoundOp
 
     # ------------------------------------------------------------ status
@@ -169,21 +170,20 @@ class Runtime:
     # -------------------------------------------------------- descriptors
 
     def desc(self, addr: int, shape, strides, dtype: torch.dtype, offset_elems: int = 0):
-        """A tensor descriptor for `addr` + `offset_elems` elements."""
-        d = self.ffi.new(self._desc_ptr)
-        f = self._tfields
-        if f.offset is not None:
-            setattr(d, f.data, addr)
-            setattr(d, f.offset, offset_elems)
+        """A tensor descriptor for `addr` + `offset_elems` elements.  Built
+        with one initializer list in the struct's own field order."""
+        init = [0] * self._nfields
+        pos = self._field_pos
+        if pos[5] is not None:
+            init[pos[0]] = addr
+            init[pos[5]] = offset_elems
         else:
-            setattr(d, f.data, addr + offset_elems * _ITEMSIZE[dtype])
-        setattr(d, f.ndim, len(shape))
-        setattr(d, f.dtype, self.dtype_codes[dtype])
-        sh, st = getattr(d, f.shape), getattr(d, f.strides)
-        for i, s in enumerate(shape):
-            sh[i] = s
-            st[i] = strides[i]
-        return d
+            init[pos[0]] = addr + offset_elems * _ITEMSIZE[dtype]
+        init[pos[1]] = len(shape)
+        init[pos[4]] = self.dtype_codes[dtype]
+        init[pos[2]] = list(shape)
+        init[pos[3]] = list(strides)
+        return self.ffi.new(self._desc_ptr, init)
 
     def supports_dtype(self, dtype: torch.dtype) -> bool:
         return dtype in self.dtype_codes
@@ -347,6 +347,11 @@ def bind_runtime(spec: DeviceSpec) -> tuple[Runtime | None, list[SpecProblem], l
     r._desc_ptr = ffi.typeof(ts.type + " *")
     r._tfields = _TensorFields(ts.fields["data"], ts.fields["ndim"], ts.fields["shape"],
                                ts.fields["strides"], ts.fields["dtype"], ts.fields.get("offset"))
+    order = [name for name, _ in sty.fields]
+    r._nfields = len(order)
+    # positions in the initializer list of: data, ndim, shape, strides, dtype, offset
+    r._field_pos = tuple(order.index(ts.fields[k]) if k in ts.fields else None
+                         for k in ("data", "ndim", "shape", "strides", "dtype", "offset"))
     # typedef names that denote the struct (x1_tensor_t / struct x1_tensor)
     struct_types |= {name for name in header.typedefs if _same_type(ffi, name, ts.type)}
     enum_types = {name for name in header.typedefs if _is_enum(ffi, name)}

@@ -811,6 +811,10 @@ sim_status simk_softmax(const char *fn, const char *kernel, const sim_view *in, 
             float mx = -INFINITY;
             for (int64_t j = 0; j < D; j++)
                 if (x[j * inner] > mx) mx = x[j * inner];
+            if (slow == 2 && mx == -INFINITY) { /* "safe": a fully masked row is all zeros */
+                for (int64_t j = 0; j < D; j++) x[j * inner] = 0.0f;
+                continue;
+            }
             double sum = 0;
             for (int64_t j = 0; j < D; j++) sum += expf(x[j * inner] - mx);
             if (log) {

@@ -66,6 +66,7 @@ SIM_HIDDEN sim_status simk_layer_norm(const char *fn, const char *kernel, const 
 /* sum (or mean) over the dims flagged in `reduce` (a bitmask over in->ndim) */
 SIM_HIDDEN sim_status simk_reduce(const char *fn, const char *kernel, const sim_view *in, uint32_t reduce, int mean,
                                   const sim_view *out);
+/* slow: 0 fused, 1 the generic (slower) path, 2 "safe" (all -inf rows -> 0) */
 SIM_HIDDEN sim_status simk_softmax(const char *fn, const char *kernel, const sim_view *in, int64_t dim, int log,
                                    int slow, const sim_view *out);
 SIM_HIDDEN sim_status simk_embedding(const char *fn, const char *kernel, const sim_view *weight,

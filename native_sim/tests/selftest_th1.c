@@ -70,7 +70,9 @@ int main(void) {
     CHECK(th1MemAlloc(&pm, 64) == TH1_SUCCESS && th1MemAlloc(&pr, 64) == TH1_SUCCESS);
     th1TensorDesc_t tm = desc(pm, 2, sst, TH1_DATA_FLOAT), tr = desc(pr, 2, sst, TH1_DATA_FLOAT);
     CHECK(th1LayerNorm(&ta, 1, NULL, NULL, 1e-5f, &to, &tm, &tr) == TH1_SUCCESS);
-    CHECK(th1Softmax(&ta, 1, &to) == TH1_SUCCESS);
+    CHECK(th1Softmax(&ta, 1, 0, &to) == TH1_SUCCESS);
+    CHECK(th1Softmax(&ta, 1, TH1_SOFTMAX_SAFE, &to) == TH1_SUCCESS);
+    CHECK(th1Softmax(&ta, 1, 4, &to) == TH1_ERROR_INVALID_ARGUMENT);
     CHECK(th1MemcpyDtoH(o, po, N * 4) == TH1_SUCCESS);
     double s = 0;
     for (int i = 0; i < 16; i++) s += o[i];
@@ -87,7 +89,7 @@ int main(void) {
     CHECK(th1MemcpyHtoD(12345, a, 4) == TH1_ERROR_ILLEGAL_ADDRESS);
     CHECK(strstr(th1GetLastErrorString(), "th1MemcpyHtoD") != NULL);
     CHECK(th1DebugInjectFaults("softmax:1") == TH1_SUCCESS);
-    CHECK(th1Softmax(&ta, 1, &to) == TH1_ERROR_HARDWARE);
+    CHECK(th1Softmax(&ta, 1, 0, &to) == TH1_ERROR_HARDWARE);
     CHECK(th1DebugInjectFaults("") == TH1_SUCCESS);
     th1KernelStat_t ks[32];
     int nk = 0;

@@ -243,14 +243,17 @@ TH1API th1Result_t th1LayerNorm(const th1TensorDesc_t *x, int normDims, const th
     return code(simk_layer_norm(fn, "layer_norm", &xv, normDims, &gv, &bv, epsilon, &yv, &mv, &rv));
 }
 
-TH1API th1Result_t th1Softmax(const th1TensorDesc_t *x, int axis, th1TensorDesc_t *y) {
+TH1API th1Result_t th1Softmax(const th1TensorDesc_t *x, int axis, int flags, th1TensorDesc_t *y) {
     const char *fn = "th1Softmax";
     sim_view xv, yv;
     sim_status st;
     if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) ||
         (st = view_of(x, &xv, fn, "x", 0)) || (st = need_compute(fn, "x", &xv)))
         return code(st);
-    return code(simk_softmax(fn, "softmax", &xv, axis, 0, 0, &yv));
+    if (flags & ~TH1_SOFTMAX_SAFE)
+        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "unknown flags 0x%x", (unsigned)flags));
+    return code(simk_softmax(fn, (flags & TH1_SOFTMAX_SAFE) ? "safe_softmax" : "softmax", &xv, axis, 0,
+                             (flags & TH1_SOFTMAX_SAFE) ? 2 : 0, &yv));
 }
 
 TH1API th1Result_t th1Copy(const th1TensorDesc_t *src, th1TensorDesc_t *dst) {

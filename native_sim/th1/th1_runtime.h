@@ -129,7 +129,10 @@ TH1API th1Result_t th1Addmm(const th1TensorDesc_t* bias, const th1TensorDesc_t* 
 TH1API th1Result_t th1LayerNorm(const th1TensorDesc_t* x, int normDims, const th1TensorDesc_t* gamma,
                                 const th1TensorDesc_t* beta, float epsilon, th1TensorDesc_t* y,
                                 th1TensorDesc_t* mean, th1TensorDesc_t* rstd);
-TH1API th1Result_t th1Softmax(const th1TensorDesc_t* x, int axis, th1TensorDesc_t* y);
+/* flags: TH1_SOFTMAX_SAFE makes a row that is entirely -inf come out as zeros
+ * (attention with fully masked rows) instead of NaN */
+#define TH1_SOFTMAX_SAFE 1
+TH1API th1Result_t th1Softmax(const th1TensorDesc_t* x, int axis, int flags, th1TensorDesc_t* y);
 TH1API th1Result_t th1Copy(const th1TensorDesc_t* src, th1TensorDesc_t* dst);
 TH1API th1Result_t th1Fill(th1TensorDesc_t* dst, double value);
 

@@ -156,8 +156,20 @@ def test_layer_norm(th1):
 def test_softmax(th1, axis):
     x = torch.randn(4, 6, 5)
     o, od = th1.empty(x.shape)
-    assert th1.lib.th1Softmax(th1.put(x)[1], axis, od) == th1.ok
+    assert th1.lib.th1Softmax(th1.put(x)[1], axis, 0, od) == th1.ok
     close(th1.get(o, x.shape), torch.softmax(x, axis))
+
+
+def test_safe_softmax_zeroes_fully_masked_rows(th1):
+    x = torch.randn(3, 5)
+    x[1] = float("-inf")
+    x[2, :2] = float("-inf")
+    o, od = th1.empty(x.shape)
+    assert th1.lib.th1Softmax(th1.put(x)[1], -1, th1.lib.TH1_SOFTMAX_SAFE, od) == th1.ok
+    close(th1.get(o, x.shape), torch.ops.aten._safe_softmax(x, -1))
+    assert th1.lib.th1Softmax(th1.put(x)[1], -1, 0, od) == th1.ok
+    assert torch.isnan(th1.get(o, x.shape)[1]).all()  # plain softmax: NaN, like torch.softmax
+    assert th1.lib.th1Softmax(th1.put(x)[1], -1, 8, od) == th1.lib.TH1_ERROR_INVALID_ARGUMENT
 
 
 def test_copy_cast_and_fill(th1):
