@@ -265,6 +265,20 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
     return new_tensor(chip, tuple(size), tuple(stride), dtype or torch.get_default_dtype())
 
 
+def _copy_from(self, dst, non_blocking=False):
+    from .router import _copy_
+    return _copy_(torch.ops.aten.copy_.default, (dst, self), {})
+
+
+def _copy_from_and_resize(self, dst):
+    from .router import _copy_, _resize
+    if tuple(dst.shape) != tuple(self.shape) and type(dst) is XPUTensor:
+        _resize(torch.ops.aten.resize_.default, (dst, list(self.shape)), {})
+    elif tuple(dst.shape) != tuple(self.shape):
+        dst.resize_(self.shape)
+    return _copy_(torch.ops.aten.copy_.default, (dst, self), {})
+
+
 def _dense(size):
     out, acc = [], 1
     for s in reversed(size):
@@ -290,6 +304,10 @@ def register() -> None:
     lib = torch.library.Library("aten", "IMPL")
     lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
     lib.impl("empty_strided", _empty_strided, "PrivateUse1")
+    # torch.tensor(data, device="fl") copies with Python dispatch excluded,
+    # which reaches the backend's _copy_from
+    lib.impl("_copy_from", _copy_from, "PrivateUse1")
+    lib.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")
     _STATE.library = lib
     from torch.optim import optimizer as _opt
     if XPUTensor not in _opt._foreach_supported_types:
@@ -322,6 +340,13 @@ class _XpuMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func is torch.device:
+            # torch.device("xpu:x1") / torch.device("xpu") / torch.device("xpu", 2)
+            if len(args) == 1 and not kwargs and isinstance(args[0], str):
+                return self._map(args[0]) if isinstance(self._map(args[0]), torch.device) else func(*args)
+            if len(args) == 2 and args[0] == "xpu":
+                return chip_for(args[1]).device
+            return func(*args, **kwargs)
         if "device" in kwargs:
             kwargs["device"] = self._map(kwargs["device"])
         elif func in _device_constructors() and func is not torch.device:

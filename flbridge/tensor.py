@@ -26,6 +26,8 @@ class XPUTensor(torch.Tensor):
         if tensor_contents is None:
             tensor_contents = torch._tensor_str._tensor_str(host_copy(self), len("tensor("))
         s = torch._tensor_str._str(self, tensor_contents=tensor_contents)
+        if s.startswith("Parameter(") and s.endswith(")"):  # PyTorch's form for custom tensors
+            s = s[len("Parameter("):-1]
         name = type(self).__name__ + "("
         if s.startswith(name):
             s = "tensor(" + s[len(name):]
@@ -66,7 +68,7 @@ class XPUTensor(torch.Tensor):
         if self.grad is not None:
             new.grad = copy.deepcopy(self.grad, memo)
         for k, v in self.__dict__.items():
-            if k != "_st":
+            if k not in ("_st", "_d", "_dd"):
                 setattr(new, k, copy.deepcopy(v, memo))
         memo[id(self)] = new
         return new

@@ -21,3 +21,69 @@ if _root is not None:
 
     _native_build.build()
     sys.path.pop(0)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def flchips():
+    """Every registered chip, by spec name (one flbridge.init() per session)."""
+    import flbridge
+    flbridge.init()
+    return {c.device_type: c for c in flbridge.chips()}
+
+
+def _dev(flchips, name):
+    import flbridge
+    chip = flchips[name]
+    flbridge.reset_stats(name)
+    chip.warned.clear()
+    return chip.device
+
+
+@pytest.fixture
+def x1(flchips):
+    """torch.device of the x1 chip, with its counters zeroed."""
+    return _dev(flchips, "xpu:x1")
+
+
+@pytest.fixture
+def x1v2(flchips):
+    return _dev(flchips, "xpu:x1-v2")
+
+
+@pytest.fixture
+def th1(flchips):
+    return _dev(flchips, "xpu:th1")
+
+
+@pytest.fixture(params=["xpu:x1", "xpu:th1", "xpu:x1-v2"])
+def anychip(request, flchips):
+    """Each chip in turn."""
+    return _dev(flchips, request.param)
+
+
+def routes(device) -> dict:
+    """{(op, route): calls} from flbridge.stats()."""
+    import flbridge
+    out = {}
+    for r in flbridge.stats(device)["routes"]:
+        key = (r["op"], r["route"])
+        out[key] = out.get(key, 0) + r["calls"]
+    return out
+
+
+def sim_kernels(device) -> dict:
+    """The simulator's own per-kernel launch counters for the chip."""
+    import flbridge
+    from flbridge.backend import chip_for
+    rt = chip_for(device).runtime
+    ffi, lib = rt.ffi, rt.lib
+    if hasattr(lib, "x1_get_kernel_counters"):
+        arr, n = ffi.new("x1_kernel_counter_t[96]"), ffi.new("int32_t *")
+        lib.x1_get_kernel_counters(arr, 96, n)
+    else:
+        arr, n = ffi.new("th1KernelStat_t[96]"), ffi.new("int *")
+        lib.th1GetKernelStats(arr, 96, n)
+    return {ffi.string(arr[i].name).decode(): int(getattr(arr[i], "launches")) for i in range(n[0])}

@@ -1,0 +1,183 @@
+"""Where bytes live and when they move: lazy .to(), batched uploads, zero-copy
+mapping, one download per version, memory freed with the last tensor, OOM."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import flbridge
+from flbridge import config
+from flbridge.backend import chip_for
+
+KEYS = ("h2d_bytes", "h2d_calls", "d2h_bytes", "d2h_calls", "mapped_bytes", "native_ops", "fallback_ops")
+
+
+def moved(dev):
+    s = flbridge.stats(dev)
+    return {k: s[k] for k in ("h2d_bytes", "h2d_calls", "d2h_bytes", "d2h_calls", "mapped_bytes", "map_calls")}
+
+
+def test_stats_has_the_documented_keys_and_resets(th1):
+    s = flbridge.stats(th1)
+    assert all(k in s for k in KEYS)
+    assert set(flbridge.stats()) == {"xpu:th1", "xpu:x1", "xpu:x1-v2"}
+    assert flbridge.stats("xpu:th1")["device"] == "fl:0"
+    (torch.ones(16).to(th1) + 1).cpu()
+    assert flbridge.stats(th1)["h2d_calls"] == 1
+    flbridge.reset_stats()
+    assert all(flbridge.stats(th1)[k] == 0 for k in KEYS)
+    assert flbridge.stats(th1)["runtime"]["callsHtoD"] == 0  # the runtime's own counters too
+
+
+def test_lazy_to_then_cpu_moves_nothing(th1):
+    src = torch.randn(64, 64)
+    t = src.to(th1)
+    back = t.cpu()
+    assert torch.equal(back, src)
+    assert moved(th1) == dict(h2d_bytes=0, h2d_calls=0, d2h_bytes=0, d2h_calls=0, mapped_bytes=0, map_calls=0)
+
+
+def test_to_followed_only_by_cpu_work_never_copies_to_the_device(th1):
+    t = torch.randn(100).to(th1)
+    r = torch.cumsum(t, 0).clamp(min=0).sort().values   # no th1 kernel for any of these
+    assert r.device == th1
+    torch.testing.assert_close(r.cpu(), torch.cumsum(t.cpu(), 0).clamp(min=0).sort().values)
+    m = moved(th1)
+    assert m["h2d_calls"] == 0 and m["d2h_calls"] == 0
+    assert flbridge.stats(th1)["cpu_fallback_ops"] == 3
+
+
+def test_inputs_of_a_native_op_go_up_in_one_batched_copy(th1):
+    a, b = torch.randn(32, 16), torch.randn(16, 48)
+    bias = torch.randn(48)
+    out = torch.addmm(bias.to(th1), a.to(th1), b.to(th1))   # th1Addmm: three host-resident inputs
+    m = moved(th1)
+    assert m["h2d_calls"] == 1 and m["h2d_bytes"] == (32 * 16 + 16 * 48 + 48) * 4
+    assert flbridge.stats(th1)["runtime"]["batchCallsHtoD"] == 1
+    torch.testing.assert_close(out.cpu(), torch.addmm(bias, a, b))
+
+
+def test_x1_maps_host_memory_instead_of_copying(x1):
+    chip = chip_for(x1)
+    a, b = torch.randn(1000), torch.randn(1000)
+    fa, fb = a.to(x1), b.to(x1)
+    y = fa + fb
+    m = moved(x1)
+    assert m["h2d_calls"] == 0 and m["map_calls"] == 2 and m["mapped_bytes"] == 8000
+    assert chip.runtime.counters()["live_mapped_bytes"] >= 8000
+    torch.testing.assert_close(y.cpu(), a + b)
+    before = chip.runtime.counters()["live_mapped_bytes"]
+    del fa, fb
+    assert chip.runtime.counters()["live_mapped_bytes"] == before - 8000  # unmapped with the tensors
+
+
+def test_zero_copy_can_be_switched_off(x1, monkeypatch):
+    monkeypatch.setenv("FLBRIDGE_ZERO_COPY", "0")
+    config.reload()
+    try:
+        a = torch.randn(100).to(x1)
+        (a * 2).cpu()
+        m = moved(x1)
+        assert m["map_calls"] == 0 and m["h2d_calls"] == 1 and m["h2d_bytes"] == 400
+    finally:
+        monkeypatch.delenv("FLBRIDGE_ZERO_COPY")
+        config.reload()
+
+
+def test_repeated_read_downloads_once_per_version(th1):
+    y = torch.randn(256).to(th1) * 3.0          # result lives on the device
+    flbridge.reset_stats(th1)
+    first = y.cpu()
+    y.cpu(), y.tolist(), y[3].item(), repr(y)
+    m = moved(th1)
+    assert m["d2h_calls"] == 1 and m["d2h_bytes"] == 1024  # valid on both sides now
+    y.mul_(2.0)                                   # device write: host copy is stale
+    torch.testing.assert_close(y.cpu(), first * 2)
+    assert moved(th1)["d2h_calls"] == 2
+
+
+def test_host_write_makes_device_copy_stale_and_is_uploaded_once(th1):
+    y = torch.ones(64).to(th1) * 2.0              # on the device
+    y.clamp_(max=1.5)                             # CPU fallback writes the host copy
+    z = y * 3.0                                   # th1Mul needs it back on the device
+    torch.testing.assert_close(z.cpu(), torch.full((64,), 4.5))
+    m = moved(th1)
+    assert m["d2h_calls"] == 2 and m["h2d_calls"] == 2  # y down once; y up once; (64 ones up) ; z down
+    s = flbridge.stats(th1)
+    assert s["native_ops"] == 2 and s["cpu_fallback_ops"] == 1
+
+
+def test_chain_of_fallback_ops_stays_on_the_host(th1):
+    t = torch.randn(50).to(th1)
+    u = t.abs().log1p().exp().round().clamp(0, 3)
+    assert moved(th1)["h2d_calls"] == 0 and moved(th1)["d2h_calls"] == 0
+    torch.testing.assert_close(u.cpu(), t.cpu().abs().log1p().exp().round().clamp(0, 3))
+
+
+def test_tensor_from_to_does_not_see_later_changes_of_its_source(anychip):
+    src = torch.arange(8.0)
+    t = src.to(anychip)
+    src.add_(100)                                  # mutate the CPU source afterwards
+    assert t.cpu().tolist() == list(map(float, range(8)))
+    t.mul_(2)
+    assert src.tolist() == [float(v) + 100 for v in range(8)]  # and writes to t do not reach src
+    assert t._st.host is None or t._st.host.data_ptr() != src.data_ptr()
+
+
+def test_memory_returns_to_baseline_after_del(th1):
+    chip = chip_for(th1)
+    rt = chip.runtime
+    torch.fl.empty_cache()
+    base_alloc = torch.fl.memory_allocated(th1)
+    base_live = rt.counters()["memInUse"]
+    xs = [torch.randn(256, 256).to(th1) * 2.0 for _ in range(4)]   # 4 device results of 256 KiB
+    assert torch.fl.memory_allocated(th1) >= base_alloc + 4 * 256 * 1024
+    assert torch.fl.max_memory_allocated(th1) >= torch.fl.memory_allocated(th1)
+    assert rt.counters()["memInUse"] > base_live
+    del xs
+    assert torch.fl.memory_allocated(th1) == base_alloc
+    assert torch.fl.memory_reserved(th1) >= base_alloc   # kept in the cache
+    torch.fl.empty_cache()
+    assert rt.counters()["memInUse"] == base_live
+    torch.fl.reset_peak_memory_stats(th1)
+    assert torch.fl.max_memory_allocated(th1) == torch.fl.memory_allocated(th1)
+
+
+OOM_SCRIPT = textwrap.dedent("""
+    import torch, flbridge
+    flbridge.init()
+    dev = flbridge.torch_device("xpu:th1")
+    keep = torch.full((1024,), 3.0, device=dev)         # 4 KiB, filled on the device
+    junk = [torch.ones(64 * 1024, device=dev) for _ in range(3)]   # 3 x 256 KiB
+    del junk                                            # now cached, not freed
+    print("cached", torch.fl.memory_reserved(dev) - torch.fl.memory_allocated(dev))
+    big = torch.ones(160 * 1024, device=dev)            # 640 KiB: fits only if the cache is released
+    print("retried ok", big.shape[0], torch.fl.memory_reserved(dev) - torch.fl.memory_allocated(dev))
+    try:
+        torch.ones(512 * 1024, device=dev)              # 2 MiB: more than the device has
+    except torch.OutOfMemoryError as e:
+        assert isinstance(e, flbridge.OutOfMemoryError)
+        print("OOM", type(e).__name__, e.requested, e.in_use, e.capacity)
+        print("MSG", e)
+    assert torch.equal(keep.cpu(), torch.full((1024,), 3.0))   # earlier tensors intact
+    assert torch.equal(big[:4].cpu(), torch.ones(4))
+    print("intact")
+""")
+
+
+def test_oom_releases_the_cache_retries_then_raises_a_torch_oom(tmp_path):
+    env = dict(os.environ, TH1SIM_CAPACITY="1M", FLBRIDGE_WARN="off")
+    r = subprocess.run([sys.executable, "-c", OOM_SCRIPT], capture_output=True, text=True, env=env, timeout=180)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "cached 786432" in out
+    assert "retried ok 163840 0" in out                 # the cache was released to make room
+    assert "OOM OutOfMemoryError 2097152" in out and " 1048576" in out
+    msg = next(line for line in out.splitlines() if line.startswith("MSG"))
+    assert "fl:0 (xpu:th1) out of memory: tried to allocate 2.00 MiB" in msg
+    assert "in use by tensors" in msg and "cached" in msg and "capacity 1.00 MiB" in msg
+    assert "TH1_ERROR_OUT_OF_MEMORY" not in msg or "Runtime said" in msg
+    assert "intact" in out
