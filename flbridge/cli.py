@@ -1,6 +1,6 @@
 """The `flbridge` command.
 
-    flbridge demo [--steps N] [--device xpu:x1]   train a small CNN on a simulated chip
+    flbridge demo [--steps N] [--device NAME]     train a small CNN on a chip, beside the CPU
     flbridge validate PATH...                     check specs and their runtimes
     flbridge devices                              list the registered chips
 """
@@ -23,8 +23,9 @@ def _spec_files(paths: list[str]) -> tuple[list[Path], list[str]]:
     return files, missing
 
 
-def validate(paths: list[str], out=sys.stdout) -> int:
+def validate(paths: list[str], out=None) -> int:
     """Prints every problem as file:line: field: message; returns the exit code."""
+    out = out or sys.stdout
     from .errors import SpecError
     from .registry import check_unique, load_spec
     from .runtime import bind_runtime
@@ -65,7 +66,8 @@ def validate(paths: list[str], out=sys.stdout) -> int:
     return 1 if bad else 0
 
 
-def devices(out=sys.stdout) -> int:
+def devices(out=None) -> int:
+    out = out or sys.stdout
     import flbridge
     flbridge.init()
     for chip in flbridge.chips():
@@ -83,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("devices", help="list the registered chips")
     d = sub.add_parser("demo", help="train a small CNN on a simulated chip and show what ran where")
     d.add_argument("--steps", type=int, default=8)
-    d.add_argument("--device", default="xpu:x1", help="chip to run on (default xpu:x1)")
+    d.add_argument("--device", default=None,
+                   help="chip to run on, by spec name (xpu:<name>); default: the current fl device")
     d.add_argument("--batch", type=int, default=16)
     a = ap.parse_args(argv)
     if a.cmd == "validate":

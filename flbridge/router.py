@@ -182,7 +182,7 @@ class OpRoute:
             s.routes[(self.qualname, "decomposed", f"torch._decomp ({reason})")] += 1
             self._note(reason, "decomposing it into ops the chip runs natively")
             return self.decomp(*args, **kwargs)
-        if CONFIG.fallback and chip.spec.fallback_default == "cpu":
+        if CONFIG.fallback and (chip.spec.fallback_default == "cpu" or (fb is not None and fb.kind == "cpu")):
             s.fallback_ops += 1
             s.cpu_fallback_ops += 1
             s.routes[(self.qualname, "cpu", str(reason))] += 1
@@ -470,13 +470,13 @@ class _Native:
             items = v if isinstance(v, (list, tuple)) else (v,)
             for x in items:
                 if x not in allowed:
-                    return Reason("constraint", f"constraint {name}={_short(v)} not in {list(allowed)}",
+                    return Reason("constraint", f"constraint {name}={x!r} not in {list(allowed)}",
                                   f"use {name} in {list(allowed)}")
         for idx, name, (lo, hi) in self.range_checks:
             v = vals[idx]
             for x in (v if isinstance(v, (list, tuple)) else (v,)):
                 if x is not None and not lo <= x <= hi:
-                    return Reason("constraint", f"constraint {name}={_short(v)} not in [{lo}, {hi}]",
+                    return Reason("constraint", f"constraint {name}={x!r} not in [{lo}, {hi}]",
                                   f"use {name} between {lo} and {hi}")
         cons = self.cons
         if cons.ndim:
@@ -572,6 +572,8 @@ class _Native:
                 return None
         else:
             out = _fresh(chip, shape, strides, dtype)
+        if not out._st.nbytes:
+            return out  # nothing to compute
         cargs = []
         for kind, a, b in self.plan.steps:
             if kind == B.TENSOR:

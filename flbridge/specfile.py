@@ -121,29 +121,46 @@ def merge(parent, child):
     return child
 
 
-def _op_key(entry):
+def _names(entry) -> list:
     if isinstance(entry, dict):
         n = entry.get("name")
-        return tuple(n) if isinstance(n, list) else n
-    return None
+        return list(n) if isinstance(n, list) else [n] if n is not None else []
+    return []
+
+
+def _with_names(entry, names):
+    out = LocDict(entry)
+    out.file, out.line, out.key_locs = entry.file, entry.line, dict(entry.key_locs)
+    out["name"] = names[0] if len(names) == 1 else names
+    return out
 
 
 def _merge_ops(parent: LocList, child: LocList) -> LocList:
+    """A child entry overrides, field by field, the parent entries that list
+    any of its op names (for those names only); other entries are kept."""
     out = LocList()
     out.file, out.line, out.item_locs = child.file, child.line, []
-    index = {}
-    for i, e in enumerate(parent):
-        index[_op_key(e)] = len(out)
+    entries = [(e, parent.loc(i)) for i, e in enumerate(parent)]
+    for ci, ce in enumerate(child):
+        cnames = _names(ce)
+        nxt, merged_any = [], False
+        for pe, loc in entries:
+            pnames = _names(pe)
+            shared = [n for n in pnames if n in cnames]
+            if not shared or not isinstance(pe, LocDict) or not isinstance(ce, LocDict):
+                nxt.append((pe, loc))
+                continue
+            rest = [n for n in pnames if n not in shared]
+            if rest:
+                nxt.append((_with_names(pe, rest), loc))
+            nxt.append((merge(pe, _with_names(ce, shared)), child.loc(ci)))
+            merged_any = True
+        if not merged_any:
+            nxt.append((ce, child.loc(ci)))
+        entries = nxt
+    for e, loc in entries:
         out.append(e)
-        out.item_locs.append(parent.loc(i))
-    for i, e in enumerate(child):
-        k = _op_key(e)
-        if k is not None and k in index:
-            out[index[k]] = merge(out[index[k]], e)
-            out.item_locs[index[k]] = child.loc(i)
-        else:
-            out.append(e)
-            out.item_locs.append(child.loc(i))
+        out.item_locs.append(loc)
     return out
 
 

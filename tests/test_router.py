@@ -1,0 +1,391 @@
+"""The op router: native kernels under their constraints, the tensor adapter,
+the fallback chain, vendor-error recovery, knobs and messages.  The
+simulators run in strict mode, so a call they cannot take would abort."""
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import flbridge
+from flbridge import config
+from flbridge.backend import chip_for
+from tests.conftest import routes, sim_kernels
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def close(fl_t, ref, **kw):
+    assert fl_t.device.type == "fl"
+    torch.testing.assert_close(fl_t.cpu(), ref, **kw)
+
+
+@pytest.fixture
+def knobs(monkeypatch):
+    """Set FLBRIDGE_* variables for one test (routes are rebuilt)."""
+    def set_(**env):
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        config.reload()
+        for c in flbridge.chips():
+            c.routes.clear()
+    yield set_
+    for k in list(os.environ):
+        if k.startswith("FLBRIDGE_"):
+            monkeypatch.delenv(k)
+    config.reload()
+    for c in flbridge.chips():
+        c.routes.clear()
+
+
+# --------------------------------------------------------------- native
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_elementwise_runs_natively_with_broadcast_and_scalars(x1, dtype):
+    a, b = torch.randn(4, 5).to(dtype), torch.randn(5).to(dtype)
+    fa, fb = a.to(x1), b.to(x1)
+    tol = dict(rtol=1e-3, atol=1e-3) if dtype == torch.float16 else {}
+    close(fa + fb, a + b, **tol)
+    close(fa - 2 * fb, a - 2 * b, **tol)
+    close(fa * 3.5, a * 3.5, **tol)
+    close(fa / (fb.abs() + 1), a / (b.abs() + 1), **tol)
+    close(torch.add(fa, fb, alpha=0.5), torch.add(a, b, alpha=0.5), **tol)
+    close(fa * torch.tensor(2.0), a * 2, **tol)                     # CPU 0-dim scalar
+    k = sim_kernels(x1)
+    assert k["add"] == 3 and k["sub"] == 1 and k["mul"] == 3 and k["div"] == 1
+    assert flbridge.stats(x1)["cpu_fallback_ops"] == 1  # abs() has no x1 kernel
+    assert flbridge.stats(x1)["h2d_calls"] == 0          # x1 maps instead
+
+
+def test_non_contiguous_and_transposed_inputs_run_natively(x1):
+    a = torch.randn(6, 8)
+    fa = a.to(x1)
+    close(fa.t() + fa.t(), a.t() + a.t())
+    close(fa[:, ::2] * fa[:, 1::2], a[:, ::2] * a[:, 1::2])
+    close(torch.relu(fa.t()[1:]), torch.relu(a.t()[1:]))
+    close(fa.t() @ fa, a.t() @ a, rtol=1e-5, atol=1e-5)
+    assert all(r == "native" for (op, r) in routes(x1) if op in ("aten::add.Tensor", "aten::mm.default"))
+
+
+def test_mixed_dtypes_are_cast_on_the_device(x1):
+    a, b = torch.randn(8).half(), torch.randn(8)
+    out = a.to(x1) + b.to(x1)
+    assert out.dtype == torch.float32
+    close(out, a.float() + b)
+    assert routes(x1)[("aten::add.Tensor", "native")] == 1
+    assert sim_kernels(x1)["copy"] >= 1                      # the float16 operand, cast on the chip
+
+
+def test_empty_tensors(x1):
+    e = torch.empty(0, 3).to(x1)
+    assert (e + e).shape == (0, 3)
+    assert (e @ torch.empty(3, 2).to(x1)).shape == (0, 2)
+    assert sim_kernels(x1).get("add", 0) == 0
+
+
+def test_reductions_norms_embedding_and_batchnorm_inference_native(x1):
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, 5)
+    fx = x.to(x1)
+    close(fx.sum((2, 3), keepdim=True), x.sum((2, 3), keepdim=True), rtol=1e-5, atol=1e-5)
+    close(fx.mean(1), x.mean(1))
+    close(fx.sum(), x.sum(), rtol=1e-5, atol=1e-4)
+    ln = torch.nn.LayerNorm(5)
+    close(ln.to(x1)(fx), ln.cpu()(x).detach(), rtol=1e-5, atol=1e-5)
+    bn = torch.nn.BatchNorm2d(3).eval()
+    bn.running_mean.uniform_(-1, 1)
+    bn.running_var.uniform_(0.5, 2)
+    ref = bn(x)
+    close(bn.to(x1)(fx), ref.detach(), rtol=1e-5, atol=1e-5)
+    emb = torch.nn.Embedding(10, 4)
+    idx = torch.tensor([[1, 2], [9, 0]])
+    close(emb.to(x1)(idx.to(x1)), emb.cpu()(idx).detach())
+    k = sim_kernels(x1)
+    assert k["sum"] == 2 and k["mean"] == 1 and k["layer_norm"] == 1 and k["batch_norm"] == 1
+    assert k["embedding"] == 1
+
+
+def test_layout_adapter_converts_nchw_to_nhwc_on_the_device(x1v2):
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 4, 9, 9), torch.randn(8, 4, 3, 3)
+    fx, fw = x.to(x1v2), w.to(x1v2)
+    flbridge.reset_stats(x1v2)
+    y = F.conv2d(fx, fw, padding=1)
+    k = sim_kernels(x1v2)
+    assert k["conv2d"] == 1 and k["copy"] == 2         # input and weight made NHWC/OHWI by x1_copy
+    s = flbridge.stats(x1v2)
+    assert s["h2d_calls"] == 0 and s["d2h_calls"] == 0  # nothing went through the host
+    assert y.is_contiguous()                             # written back as NCHW through strides
+    close(y, F.conv2d(x, w, padding=1), rtol=1e-4, atol=1e-4)
+    # channels_last input is already NHWC in memory: no copy for it
+    flbridge.reset_stats(x1v2)
+    xcl = x.to(memory_format=torch.channels_last).to(x1v2)
+    y2 = F.conv2d(xcl, fw, padding=1)
+    assert sim_kernels(x1v2)["copy"] == 1               # only the weight
+    close(y2, F.conv2d(x, w, padding=1), rtol=1e-4, atol=1e-4)
+
+
+def test_pools_run_natively_on_nhwc(x1v2):
+    x = torch.randn(2, 3, 8, 9)
+    fx = x.to(x1v2)
+    close(F.max_pool2d(fx, 2), F.max_pool2d(x, 2))
+    v, i = F.max_pool2d(fx, 3, 2, 1, return_indices=True)
+    rv, ri = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+    close(v, rv)
+    assert torch.equal(i.cpu(), ri)
+    close(F.avg_pool2d(fx, 3, 2, 1, count_include_pad=False), F.avg_pool2d(x, 3, 2, 1, count_include_pad=False))
+    close(F.adaptive_avg_pool2d(fx, (3, 4)), F.adaptive_avg_pool2d(x, (3, 4)))
+    k = sim_kernels(x1v2)
+    assert k["max_pool2d"] == 2 and k["avg_pool2d"] == 1 and k["adaptive_avg_pool2d"] == 1
+
+
+def test_int8_gemm_through_the_uint8_kernel(x1):
+    a = torch.randint(-128, 128, (32, 64), dtype=torch.int8)
+    b = torch.randint(-128, 128, (64, 16), dtype=torch.int8)
+    out = torch._int_mm(a.to(x1), b.to(x1))
+    assert out.dtype == torch.int32
+    assert torch.equal(out.cpu(), torch._int_mm(a, b))
+    k = sim_kernels(x1)
+    assert k["gemm_u8"] == 1 and k["s8_to_u8"] == 2       # both operands shifted by 128 on the chip
+    assert routes(x1)[("aten::_int_mm.default", "native")] == 1
+
+
+# ---------------------------------------------------- constraints -> fallback
+
+def test_conv_runs_natively_within_constraints_and_falls_back_outside(x1v2):
+    x, w = torch.randn(1, 4, 12, 12), torch.randn(4, 4, 3, 3)
+    fx, fw = x.to(x1v2), w.to(x1v2)
+    close(F.conv2d(fx, fw, stride=2, padding=1), F.conv2d(x, w, stride=2, padding=1), rtol=1e-4, atol=1e-4)
+    with pytest.warns(flbridge.FallbackWarning, match=r"aten::convolution.default on xpu:x1-v2 \(fl:2\) does "
+                                                      r"not run natively: constraint stride=3 not in \[1, 2, 4\]"):
+        y = F.conv2d(fx, fw, stride=3)
+    close(y, F.conv2d(x, w, stride=3), rtol=1e-4, atol=1e-4)
+    r = routes(x1v2)
+    assert r[("aten::convolution.default", "native")] == 1 and r[("aten::convolution.default", "cpu")] == 1
+    assert sim_kernels(x1v2)["conv2d"] == 1
+
+
+def test_x1_revision1_convolves_float16_natively_and_float32_on_the_cpu(x1):
+    x, w = torch.randn(1, 4, 8, 8), torch.randn(4, 4, 3, 3)
+    with pytest.warns(flbridge.FallbackWarning, match="input has dtype float32 \\(x1_conv2d takes float16\\)"):
+        y32 = F.conv2d(x.to(x1), w.to(x1), padding=1)
+    close(y32, F.conv2d(x, w, padding=1), rtol=1e-5, atol=1e-5)
+    y16 = F.conv2d(x.half().to(x1), w.half().to(x1), padding=1)
+    close(y16, F.conv2d(x.half(), w.half(), padding=1), rtol=1e-2, atol=1e-2)
+    r = routes(x1)
+    assert r[("aten::convolution.default", "cpu")] == 1 and r[("aten::convolution.default", "native")] == 1
+    assert sim_kernels(x1)["conv2d"] == 1
+
+
+def test_th1_matmul_sizes_must_be_multiples_of_16(th1):
+    a, b = torch.randn(32, 16), torch.randn(16, 48)
+    close(a.to(th1) @ b.to(th1), a @ b, rtol=1e-5, atol=1e-5)
+    c = torch.randn(16, 50)
+    with pytest.warns(flbridge.FallbackWarning, match="constraint N=50 is not a multiple of 16"):
+        close(a.to(th1) @ c.to(th1), a @ c, rtol=1e-5, atol=1e-5)
+    r = routes(th1)
+    assert r[("aten::mm.default", "native")] == 1 and r[("aten::mm.default", "cpu")] == 1
+    assert sim_kernels(th1)["mm"] == 1
+
+
+def test_too_many_dims_for_the_descriptor_falls_back(th1):
+    a = torch.randn(1, 2, 1, 2, 1, 2, 2)                 # 7-D; th1 descriptors hold 6
+    with pytest.warns(flbridge.FallbackWarning, match="has 7 dims \\(xpu:th1 descriptors hold at most 6\\)"):
+        close(a.to(th1) + a.to(th1), a + a)
+
+
+# ---------------------------------------------------------------- chain
+
+def test_vendor_op_specific_fallback_runs_custom_softmax(x1):
+    x = torch.randn(4, 10)
+    with pytest.warns(flbridge.FallbackWarning, match="running the vendor fallback custom_softmax_x1"):
+        y = F.softmax(x.to(x1), dim=-1)
+    close(y, F.softmax(x, -1))
+    assert sim_kernels(x1)["custom_softmax"] == 1
+    s = flbridge.stats(x1)
+    assert s["vendor_fallback_ops"] == 1 and s["cpu_fallback_ops"] == 0
+
+
+def test_decomposition_into_native_ops(x1):
+    x = torch.randn(50)
+    with pytest.warns(flbridge.FallbackWarning, match="decomposing it into ops the chip runs natively"):
+        y = F.silu(x.to(x1))                              # silu = x * sigmoid(x)
+    close(y, F.silu(x))
+    k = sim_kernels(x1)
+    assert k["sigmoid"] == 1 and k["mul"] == 1
+    assert routes(x1)[("aten::silu.default", "decomposed")] == 1
+
+
+def test_decomposition_with_a_non_native_part_goes_to_the_cpu_whole(th1):
+    x = torch.randn(8, 16)
+    y = F.log_softmax(x.to(th1), -1)                      # needs amax/log, which th1 lacks
+    close(y, F.log_softmax(x, -1))
+    assert routes(th1)[("aten::_log_softmax.default", "cpu")] == 1
+
+
+def test_unsupported_op_error_when_cpu_fallback_is_off(x1, knobs):
+    knobs(FLBRIDGE_FALLBACK="0")
+    x, w = torch.randn(1, 4, 8, 8).to(x1), torch.randn(4, 4, 3, 3).to(x1)
+    with pytest.raises(flbridge.UnsupportedOpError) as ei:
+        F.conv2d(x, w)
+    e = ei.value
+    assert e.op == "aten::convolution.default" and e.device_type == "xpu:x1" and e.dtype == "float32"
+    assert e.supported_dtypes == ["float16"] and e.fix == "cast input to torch.float16"
+    assert str(e).startswith("Op 'aten::convolution.default' not supported on device 'xpu:x1' with dtype "
+                             "'float32'")
+    assert "Available dtypes: ['float16']. Suggested fix: cast input to torch.float16." in str(e)
+    with pytest.raises(flbridge.UnsupportedOpError, match="xpu:x1 has no kernel for it.*FLBRIDGE_FALLBACK=0"):
+        torch.cumsum(x, 0)
+    close(x + x, x.cpu() * 2)                            # native ops still run
+
+
+def test_force_fallback_sends_matching_ops_to_the_cpu(x1, knobs):
+    knobs(FLBRIDGE_FORCE_FALLBACK=r"aten::mm\b,relu")
+    a = torch.randn(4, 4)
+    with pytest.warns(flbridge.FallbackWarning, match="forced to the CPU by FLBRIDGE_FORCE_FALLBACK"):
+        close(a.to(x1) @ a.to(x1), a @ a)
+    close(torch.relu(a.to(x1)), torch.relu(a))
+    close(a.to(x1) + a.to(x1), a + a)
+    r = routes(x1)
+    assert r[("aten::mm.default", "cpu")] == 1 and r[("aten::relu.default", "cpu")] == 1
+    assert r[("aten::add.Tensor", "native")] == 1
+    assert "mm" not in sim_kernels(x1)
+
+
+def test_misspelt_knob_is_warned_about(monkeypatch):
+    monkeypatch.setenv("FLBRIDGE_FALBACK", "0")
+    with pytest.warns(config.ConfigWarning, match="unknown environment variable FLBRIDGE_FALBACK is ignored; "
+                                                  "did you mean FLBRIDGE_FALLBACK?"):
+        config.reload()
+    monkeypatch.delenv("FLBRIDGE_FALBACK")
+    config.reload()
+
+
+def test_log_knob_logs_dispatch_fallback_and_transfers(th1, knobs, caplog):
+    knobs(FLBRIDGE_LOG="dispatch,fallback,transfer")
+    with caplog.at_level(logging.INFO, logger="flbridge"):
+        y = torch.ones(16).to(th1) * 2.0
+        y.cumsum(0).cpu()
+    text = caplog.text
+    assert "dispatch aten::mul.Tensor on xpu:th1: native th1Mul" in text
+    assert "fallback aten::cumsum.default on xpu:th1: xpu:th1 has no kernel for it" in text
+    assert "transfer h2d xpu:th1: 1 buffers, 64 bytes in one call" in text
+    assert "transfer d2h xpu:th1: 64 bytes" in text
+
+
+def test_fallback_warning_is_said_once_per_op_chip_and_reason(x1):
+    x = torch.randn(5).to(x1)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            x.cumsum(0)
+        x.half().cumsum(0)
+        torch.randn(5).to(flbridge.torch_device("xpu:x1-v2")).cumsum(0)
+    msgs = [str(m.message) for m in w if issubclass(m.category, flbridge.FallbackWarning)]
+    assert len([m for m in msgs if "cumsum" in m and "xpu:x1 " in m]) == 1     # same reason on x1: once
+    assert len([m for m in msgs if "cumsum" in m and "xpu:x1-v2" in m]) == 1   # another chip: again
+    assert all(m.startswith("flbridge: aten::cumsum.default on xpu:x1") for m in msgs if "cumsum" in m)
+
+
+def test_fallback_warning_points_at_user_code(x1):
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        torch.randn(3).to(x1).cummax(0)
+    assert any(m.filename == __file__ for m in w if issubclass(m.category, flbridge.FallbackWarning))
+
+
+# ------------------------------------------------------- vendor failures
+
+def _faults(device, spec: str):
+    rt = chip_for(device).runtime
+    setter = rt.lib.x1_debug_set_faults if hasattr(rt.lib, "x1_debug_set_faults") else rt.lib.th1DebugInjectFaults
+    assert setter(spec.encode()) == rt._ok
+
+
+def test_vendor_error_is_recovered_by_fallback_and_reported_once(x1v2):
+    x, w = torch.randn(1, 4, 8, 8), torch.randn(4, 4, 3, 3)
+    fx, fw = x.to(x1v2), w.to(x1v2)
+    _faults(x1v2, "conv2d:1")
+    try:
+        with pytest.warns(flbridge.FallbackWarning, match=r"x1_conv2d failed on xpu:x1-v2 \(X1_ERR_DEVICE: "
+                                                          r"x1_conv2d: device fault"):
+            y = F.conv2d(fx, fw, padding=1)
+        close(y, F.conv2d(x, w, padding=1), rtol=1e-4, atol=1e-4)
+        close(fx, x)                                       # inputs untouched
+        y2 = F.conv2d(fx, fw, padding=1)                   # the next call is native again
+        close(y2, F.conv2d(x, w, padding=1), rtol=1e-4, atol=1e-4)
+    finally:
+        _faults(x1v2, "")
+    r = routes(x1v2)
+    assert r[("aten::convolution.default", "cpu")] == 1 and r[("aten::convolution.default", "native")] == 1
+    assert flbridge.stats(x1v2)["vendor_errors"] == 1
+
+
+def test_vendor_error_in_an_inplace_op_leaves_correct_values(th1):
+    t = torch.arange(16.0)
+    ft = t.to(th1) * 1.0
+    _faults(th1, "mul:1")
+    try:
+        with pytest.warns(flbridge.FallbackWarning, match="TH1_ERROR_HARDWARE"):
+            ft.mul_(3.0)
+    finally:
+        _faults(th1, "")
+    close(ft, t * 3)
+
+
+# ------------------------------------------- python fallback, error policy
+
+PY_FALLBACK = textwrap.dedent('''
+    import torch
+    CALLS = []
+
+    def gelu_via_tanh(self, approximate="none"):
+        CALLS.append(approximate)
+        return 0.5 * self * (1 + torch.tanh(0.7978845608 * (self + 0.044715 * self * self * self)))
+''')
+
+
+def test_python_op_specific_fallback_and_error_policy(tmp_path):
+    (tmp_path / "myfb.py").write_text(PY_FALLBACK)
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    x1 = ROOT / "device_specs" / "x1.yaml"
+    (specs / "edge.yaml").write_text(textwrap.dedent(f"""
+        extends: "{x1}"
+        device_type: "xpu:edge"
+        supported_ops:
+          - name: aten::gelu
+            dtype_support: [float16]          # float32 gelu is not native here
+        fallback_policy:
+          default: error
+          op_specific:
+            "aten::gelu": "python:myfb:gelu_via_tanh"
+            "aten::cumsum": cpu
+    """))
+    code = textwrap.dedent("""
+        import torch, flbridge, myfb
+        flbridge.init()
+        d = flbridge.torch_device("xpu:edge")
+        x = torch.linspace(-3, 3, 7)
+        y = torch.nn.functional.gelu(x.to(d))
+        torch.testing.assert_close(y.cpu(), torch.nn.functional.gelu(x, approximate="tanh"), rtol=1e-4, atol=1e-4)
+        print("python fallback", myfb.CALLS, flbridge.stats(d)["python_fallback_ops"])
+        print("cumsum", x.to(d).cumsum(0).cpu()[-1].item())
+        try:
+            x.to(d).cummax(0)
+        except flbridge.UnsupportedOpError as e:
+            print("ERR", e)
+    """)
+    env = dict(os.environ, FLBRIDGE_DEVICE_DIR=str(specs), PYTHONPATH=str(tmp_path), FLBRIDGE_WARN="off")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "python fallback ['none'] 1" in r.stdout
+    assert "cumsum 0.0" in r.stdout
+    assert "ERR Op 'aten::cummax.default' not supported on device 'xpu:edge'" in r.stdout
+    assert "fallback_policy.default is 'error'" in r.stdout
