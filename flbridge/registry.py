@@ -669,7 +669,7 @@ def check_spec(data: LocDict, path: Path) -> tuple[DeviceSpec | None, list[SpecP
     ck = _Checker()
     ck.keys(data, TOP_KEYS, "", required=("device_type", "vendor", "chip_model", "runtime_so",
                                           "runtime_header", "capabilities", "runtime"))
-    dt = ck.typed(data, "device_type", str, "", "a string like 'xpu:x1'")
+    dt = ck.typed(data, "device_type", str, "", "a string like 'xpu:<name>'")
     if dt is not None and not _DEVICE_TYPE.match(dt):
         ck.err(data.loc("device_type"), "device_type",
                f"{dt!r} must look like 'xpu:<name>' (lowercase letters, digits, '-', '_'; "

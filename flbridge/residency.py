@@ -196,7 +196,11 @@ def make_resident(chip, storages) -> None:
         if st.dev_valid or not st.nbytes:
             st.dev_valid = True
             continue
-        if st.host is not None and st.host_valid and rt.can_map and CONFIG.zero_copy and not st.dev:
+        if st.host is not None and st.host_valid and rt.can_map and CONFIG.zero_copy:
+            if st.dev:
+                # a stale device block: give it back and map the host bytes instead
+                chip.allocator.release(st.dev, st.dev_size)
+                st.dev, st.dev_size = 0, 0
             try:
                 st.dev = rt.map(st.host.data_ptr(), st.nbytes)
             except DeviceError:

@@ -181,7 +181,7 @@ def load_with_extends(path: Path, problems: list,
     ext = data["extends"]
     file, line = data.loc("extends")
     if not isinstance(ext, str) or not ext.strip():
-        problems.append(SpecProblem(file, line, "extends", "must be a file name (e.g. x1.yaml)"))
+        problems.append(SpecProblem(file, line, "extends", "must be a file name (e.g. base.yaml)"))
         return data
     missing: list[str] = []
     parent_path = expand_path(ext, path.parent, missing)
