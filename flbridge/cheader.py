@@ -238,7 +238,7 @@ def preprocess(text: str, path: str = "<header>") -> tuple[str, dict[str, int]]:
     """Returns (cdef text, integer constants)."""
     lines = _join_continuations(_strip_comments(text))
     macros: dict[str, str | None] = dict(PREDEFINED)
-    funclike: set[str] = set()
+    funclike: dict[str, tuple[list[str], str]] = {}
     constants: dict[str, int] = {}
     out: list[str] = []
     # stack of (taking_this_branch, some_branch_taken, parent_active)
@@ -284,8 +284,12 @@ def preprocess(text: str, path: str = "<header>") -> tuple[str, dict[str, int]]:
                 if not dm:
                     raise HeaderError(path, lineno, f"malformed #define {rest!r}")
                 name, paren, body = dm.group(1), dm.group(2), dm.group(3)
-                if paren:  # function-like: cffi cannot use it; drop
-                    funclike.add(name)
+                if paren:  # function-like: expanded at its uses (attributes, wrappers)
+                    pm = re.match(r"([^)]*)\)\s*(.*)", body)
+                    if not pm:
+                        raise HeaderError(path, lineno, f"malformed #define {rest!r}")
+                    params = [x.strip() for x in pm.group(1).split(",") if x.strip()]
+                    funclike[name] = (params, pm.group(2))
                     continue
                 macros[name] = body
                 val = _int_value(body, macros)
@@ -322,6 +326,7 @@ def preprocess(text: str, path: str = "<header>") -> tuple[str, dict[str, int]]:
         return line
 
     body = "\n".join(expand_line(ln) for ln in body.split("\n"))
+    body = _expand_calls(body, funclike)
     body = _strip_extensions(body)
     # extern "C" { ... } written without an #ifdef __cplusplus guard
     body = re.sub(r'extern\s+"C"\s*\{', lambda m: re.sub(r"[^\n]", " ", m.group(0)) + "\x00", body)
@@ -331,6 +336,44 @@ def preprocess(text: str, path: str = "<header>") -> tuple[str, dict[str, int]]:
     body = _drop_function_bodies(body)
     body = re.sub(r"\bstatic\b|\bextern\b", " ", body)
     return body, constants
+
+
+def _expand_calls(body: str, funclike: dict) -> str:
+    """Expands uses of function-like macros by substituting their arguments
+    (newlines inside a use are kept, so line numbers stay true)."""
+    for _ in range(8):
+        changed = False
+        for name, (params, repl) in funclike.items():
+            start = 0
+            while True:
+                m = re.compile(r"\b" + re.escape(name) + r"\s*\(").search(body, start)
+                if not m:
+                    break
+                depth, j, args, cur = 0, m.end() - 1, [], m.end()
+                while j < len(body):
+                    c = body[j]
+                    if c == "(":
+                        depth += 1
+                    elif c == ")":
+                        depth -= 1
+                        if depth == 0:
+                            break
+                    elif c == "," and depth == 1:
+                        args.append(body[cur:j])
+                        cur = j + 1
+                    j += 1
+                args.append(body[cur:j])
+                args = [a.strip() for a in args] if any(a.strip() for a in args) else []
+                out = repl
+                for p, a in zip(params, args):
+                    out = re.sub(r"\b" + re.escape(p) + r"\b", lambda _m, a=a: a, out)
+                out += "\n" * body[m.start():j + 1].count("\n")
+                body = body[:m.start()] + out + body[j + 1:]
+                start = m.start() + len(out)
+                changed = True
+        if not changed:
+            break
+    return body
 
 
 def _drop_matching_brace(body: str) -> str:

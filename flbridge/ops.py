@@ -24,9 +24,11 @@ NO_DEFAULT = object()
 # value: (overload name, implied constraints, implied ignored args)
 ALIASES: dict[str, tuple[str, dict, tuple]] = {
     "aten::conv2d": ("aten::convolution.default",
-                     {"transposed": [False], "ndim": {"input": [4]}}, ("output_padding",)),
+                     {"transposed": [False], "ndim": {"input": [4]},
+                      "length": {"stride": 2, "padding": 2, "dilation": 2}}, ("output_padding",)),
     "aten::conv1d": ("aten::convolution.default",
-                     {"transposed": [False], "ndim": {"input": [3]}}, ("output_padding",)),
+                     {"transposed": [False], "ndim": {"input": [3]},
+                      "length": {"stride": 1, "padding": 1, "dilation": 1}}, ("output_padding",)),
     "aten::softmax": ("aten::_softmax.default", {"half_to_float": [False]}, ()),
     "aten::log_softmax": ("aten::_log_softmax.default", {"half_to_float": [False]}, ()),
     "aten::layer_norm": ("aten::native_layer_norm.default", {}, ()),

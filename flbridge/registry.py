@@ -53,10 +53,11 @@ class Constraints:
     max: dict             # dim name (or "numel") -> int
     range: dict           # aten arg -> (min, max) inclusive, for each element
     present: tuple        # optional tensor args that must be given (not None)
+    length: dict          # list arg -> the number of values the kernel reads
 
     def __bool__(self):
         return bool(self.values or self.ndim or self.sizes or self.multiple_of or self.max
-                    or self.range or self.present)
+                    or self.range or self.present or self.length)
 
 
 @dataclass(frozen=True)
@@ -409,7 +410,7 @@ def _check_constraints(ck: _Checker, c, opi, where, path, implied: dict) -> Cons
             c = None
         else:
             merged.update(c)
-    values, ndim, sizes, mult, mx, rng, present = {}, {}, {}, {}, {}, {}, ()
+    values, ndim, sizes, mult, mx, rng, present, length = {}, {}, {}, {}, {}, {}, (), {}
     locs = c.loc if isinstance(c, LocDict) else (lambda k: where)
     for k, v in merged.items():
         kp = _p(path, k)
@@ -444,6 +445,17 @@ def _check_constraints(ck: _Checker, c, opi, where, path, implied: dict) -> Cons
                     ck.err(locs(k), f"{kp}.{a}", "must be [min, max]")
                     continue
                 rng[a] = (mm[0], mm[1])
+        elif k == "length":
+            if not isinstance(v, dict):
+                ck.err(locs(k), kp, "must map list arguments to the number of values the kernel reads")
+                continue
+            for a, n in v.items():
+                if a not in opi.by_name or opi.by_name[a].kind != "int[]":
+                    ck.err(locs(k), f"{kp}.{a}", f"'{a}' is not an int list argument of {opi.qualname}")
+                elif not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                    ck.err(locs(k), f"{kp}.{a}", "must be a positive integer")
+                else:
+                    length[a] = n
         elif k == "present":
             lst = v if isinstance(v, list) else [v]
             for a in lst:
@@ -467,7 +479,7 @@ def _check_constraints(ck: _Checker, c, opi, where, path, implied: dict) -> Cons
         if n not in named:
             ck.err(locs("multiple_of" if n in mult else "max"), f"{path}.{n}",
                    f"dim '{n}' is not named under constraints.sizes")
-    return Constraints(values, ndim, sizes, mult, mx, rng, present)
+    return Constraints(values, ndim, sizes, mult, mx, rng, present, length)
 
 
 def _no_arg(opi, name) -> str:

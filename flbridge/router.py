@@ -403,7 +403,11 @@ class _Native:
             if kind == B.TENSOR:
                 self.tensor_args.append((a, opi.args[a].name, b))
         self.lengths = {a for kind, a, _ in plan.steps if kind == B.LENGTH}
-        self.list_args = [(a, opi.args[a].name, opi.args[a].fixed_len) for kind, a, _ in plan.steps
+        # values each list argument must have for the kernel (a single value is
+        # broadcast, as PyTorch does): the spec's `length`, else the schema's int[N]
+        self.list_len = {a: e.constraints.length.get(opi.args[a].name, opi.args[a].fixed_len)
+                         for kind, a, _ in plan.steps if kind in (B.INTLIST, B.LENGTH)}
+        self.list_args = [(a, opi.args[a].name, self.list_len[a]) for kind, a, _ in plan.steps
                           if kind == B.INTLIST]
         self.mapped = [(a, opi.args[a].name, m) for kind, a, m in plan.steps if kind == B.MAPPED]
         self.cons = e.constraints
@@ -611,6 +615,11 @@ class _Native:
         error (self.failure says why) with every input untouched."""
         chip, rt, e, plan, opi = self.chip, self.rt, self.entry, self.plan, self.opi
         metas = self.route.outputs_meta(vals)
+        for m in metas:
+            if m is not None and m[2] not in rt.dtype_codes:
+                self.failure = Reason("dtype", f"the result would be {dtype_name(m[2])}, which "
+                                               f"{chip.device_type} descriptors cannot hold", dtype=dtype_name(m[2]))
+                return _FAILED
         # results: fresh tensors or the arguments an in-place/out= op writes
         outs = []
         for ri, ret in enumerate(opi.rets):
@@ -674,10 +683,10 @@ class _Native:
                 elif kind == B.BOOL:
                     cargs.append(bool(vals[a]))
                 elif kind == B.INTLIST:
-                    v = _int_list(vals[a], opi.args[a].fixed_len, a in self.lengths)
+                    v = _int_list(vals[a], self.list_len[a], a in self.lengths)
                     cargs.append(rt.ffi.NULL if v is None else v)
                 elif kind == B.LENGTH:
-                    v = _int_list(vals[a], opi.args[a].fixed_len, True)
+                    v = _int_list(vals[a], self.list_len[a], True)
                     cargs.append(0 if v is None else len(v))
                 elif kind == B.STRING:
                     cargs.append(vals[a].encode())

@@ -1,0 +1,151 @@
+"""Per-op cost of flbridge's router and the bytes it moves, side by side.
+
+    python bench/bench_overhead.py [--rounds 15] [--iters 4000]
+
+Part 1, per-op cost of a 16-element float32 add, all measured in this process
+in interleaved rounds (each round times every variant once; the report gives
+the median per variant and the median of the per-round ratios, so machine
+noise hits all variants alike):
+
+  torch         plain CPU tensors
+  floor         a minimal passthrough wrapper subclass (unwrap, run on CPU,
+                wrap): the least any __torch_dispatch__ design can cost
+  native        flbridge, routed to the chip's kernel (x1_add / th1Add)
+  cpu-fallback  flbridge, the same op forced down the CPU fallback
+
+Part 2, bytes made visible to the device for a small CNN's first and second
+forward pass (inference), against the minimum the program needs: parameters
+and the input once, then only the new input.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("FLBRIDGE_WARN", "off")
+
+import torch  # noqa: E402
+
+import flbridge  # noqa: E402
+from flbridge import config  # noqa: E402
+from flbridge.demo import SmallCNN  # noqa: E402
+
+
+class Passthrough(torch.Tensor):
+    """The floor: flat unwrap, run, wrap."""
+
+    @staticmethod
+    def __new__(cls, elem):
+        r = torch.Tensor._make_wrapper_subclass(cls, elem.shape, strides=elem.stride(), dtype=elem.dtype,
+                                                device=torch.device("fl", 0))
+        r.elem = elem
+        return r
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        out = func(*[a.elem if type(a) is Passthrough else a for a in args], **(kwargs or {}))
+        return Passthrough(out) if isinstance(out, torch.Tensor) else out
+
+
+def time_loop(fn, iters: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - t0) / iters * 1e6
+
+
+def per_op(chip_name: str, rounds: int, iters: int) -> dict:
+    dev = flbridge.torch_device(chip_name)
+    a_cpu, b_cpu = torch.randn(16), torch.randn(16)
+    a, b = a_cpu.to(dev), b_cpu.to(dev)
+    pa, pb = Passthrough(a_cpu), Passthrough(b_cpu)
+    # a second pair on the same chip for the forced fallback (routes are per chip and op)
+    variants = {
+        "torch": lambda: a_cpu + b_cpu,
+        "floor": lambda: pa + pb,
+        "native": lambda: a + b,
+    }
+    flbridge.reset_stats(dev)
+    for fn in variants.values():
+        time_loop(fn, iters // 4)                            # warm caches
+    chip = flbridge.chips()[dev.index]
+    results = {k: [] for k in list(variants) + ["cpu-fallback"]}
+    for _ in range(rounds):
+        for name, fn in variants.items():
+            results[name].append(time_loop(fn, iters))
+        # the same add, forced down the CPU fallback
+        config.CONFIG.force_fallback = [__import__("re").compile(r"aten::add\.Tensor")]
+        chip.routes.clear()
+        time_loop(lambda: a + b, 50)
+        results["cpu-fallback"].append(time_loop(lambda: a + b, iters))
+        config.CONFIG.force_fallback = []
+        chip.routes.clear()
+        time_loop(lambda: a + b, 50)
+    s = flbridge.stats(dev)
+    assert any(r["route"] == "native" and r["op"] == "aten::add.Tensor" for r in s["routes"])
+    assert any(r["route"] == "cpu" and r["op"] == "aten::add.Tensor" for r in s["routes"])
+    return results
+
+
+def report_per_op(name: str, res: dict) -> None:
+    med = {k: statistics.median(v) for k, v in res.items()}
+    ratio = lambda k, base: statistics.median(x / y for x, y in zip(res[k], res[base]))  # noqa: E731
+    print(f"\n{name}: 16-element float32 add, median of {len(res['torch'])} interleaved rounds")
+    print(f"  {'variant':14s} {'us/op':>8s} {'x floor':>8s} {'x torch':>8s}")
+    for k in ("torch", "floor", "native", "cpu-fallback"):
+        print(f"  {k:14s} {med[k]:8.2f} {ratio(k, 'floor'):8.2f} {ratio(k, 'torch'):8.2f}")
+    verdict = "within" if ratio("native", "floor") <= 2.0 else "OVER"
+    print(f"  native / floor = {ratio('native', 'floor'):.2f}  ({verdict} the 2x target)")
+
+
+def bytes_moved(chip_name: str) -> None:
+    dev = flbridge.torch_device(chip_name)
+    torch.manual_seed(0)
+    cpu = SmallCNN().eval()
+    model = copy.deepcopy(cpu).to(dev)
+    # what inference reads: parameters and running statistics (not num_batches_tracked)
+    params = sum(t.numel() * t.element_size() for n, t in list(model.named_parameters()) +
+                 list(model.named_buffers()) if not n.endswith("num_batches_tracked"))
+    x1, x2 = torch.randn(8, 3, 16, 16), torch.randn(8, 3, 16, 16)
+    inp = x1.numel() * x1.element_size()
+    rows = []
+    for label, x, minimum in (("first forward", x1, params + inp), ("second forward", x2, inp)):
+        flbridge.reset_stats(dev)
+        with torch.no_grad():
+            y = model(x.to(dev))
+        s = flbridge.stats(dev)
+        up = s["h2d_bytes"] + s["mapped_bytes"]
+        rows.append((label, up, s["h2d_bytes"], s["mapped_bytes"], s["d2h_bytes"], minimum,
+                     s["native_ops"], s["cpu_fallback_ops"]))
+        torch.testing.assert_close(y.cpu(), cpu(x), rtol=1e-4, atol=1e-4)
+    print(f"\n{chip_name}: SmallCNN inference, bytes made visible to the device "
+          f"(parameters and running stats {params} B, input {inp} B)")
+    print(f"  {'pass':15s} {'to device':>10s} {'(copied':>8s} {'mapped)':>8s} {'minimum':>8s} {'ratio':>6s} "
+          f"{'to host':>8s} {'native':>7s} {'cpu':>4s}")
+    for label, up, h2d, mapped, d2h, minimum, nat, cpu_ops in rows:
+        print(f"  {label:15s} {up:10d} {h2d:8d} {mapped:8d} {minimum:8d} {up / minimum:6.2f} {d2h:8d} "
+              f"{nat:7d} {cpu_ops:4d}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--iters", type=int, default=4000)
+    a = ap.parse_args()
+    flbridge.init()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, python {sys.version.split()[0]}")
+    for chip in ("xpu:x1", "xpu:th1"):
+        report_per_op(chip, per_op(chip, a.rounds, a.iters))
+    for chip in ("xpu:x1-v2", "xpu:x1", "xpu:th1"):
+        bytes_moved(chip)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
