@@ -60,6 +60,8 @@ class Reason:
 
 
 def dispatch(cls, func, types, args=(), kwargs=None):
+    if not _THREAD.__dict__:
+        _first_op_in_thread()
     h = _HANDLERS.get(func)
     if h is _route:
         # the common case, inlined: the chip of the first argument, its route
@@ -71,6 +73,17 @@ def dispatch(cls, func, types, args=(), kwargs=None):
     elif h is None:
         h = _HANDLERS[func] = _classify(func)
     return h(func, args, kwargs or {})
+
+
+_THREAD = threading.local()
+
+
+def _first_op_in_thread() -> None:
+    """Backward must run on the calling thread: PyTorch's Python device guard
+    reports one device, so autograd has a per-device worker queue only for
+    fl:0.  Any thread that runs backward on fl tensors ran fl ops first."""
+    _THREAD.seen = True
+    torch._C._set_multithreading_enabled(False)
 
 
 def _chip_of(args, kwargs):
@@ -131,13 +144,13 @@ class OpRoute:
     def __call__(self, args, kwargs):
         nat = self.bound
         if nat is not None and not self.forced:
-            vals = _normalize(self.opi, args, kwargs)
             if nat.fast:
-                out = nat.run_fast(vals)
+                out = nat.run_fast(args if not kwargs else _normalize(self.opi, args, kwargs))
                 if out is not None and out is not _FAILED:
                     return out
                 if out is _FAILED:
                     return self.fallback(args, kwargs, nat.failure)
+            vals = _normalize(self.opi, args, kwargs)
             reason = nat.reason(vals)
             if reason is None:
                 out = nat.run(vals, args, kwargs)
@@ -425,6 +438,9 @@ class _Native:
                      and bool(self.tensor_idx))
         self.inplace_idx = opi.rets[0].alias_arg if opi.rets else None
         self.route_key = (route.qualname, "native", e.impl)
+        # calls without keyword arguments skip normalization in the fast
+        # path, which reads trailing arguments' defaults from here
+        self.defaults = tuple(None if a.default is NO_DEFAULT else a.default for a in opi.args)
         self.needs_copy = bool(e.layout or e.contiguous)
         # output C params by return index -> layout key
         self.out_layouts = {}
@@ -547,8 +563,9 @@ class _Native:
         chip = self.chip
         shape = dtype = strides = None
         tensors = []
+        nv = len(vals)
         for idx in self.tensor_idx:
-            v = vals[idx]
+            v = vals[idx] if idx < nv else None
             if type(v) is XPUTensor:
                 if v._st.chip is not chip:
                     return None
@@ -563,7 +580,7 @@ class _Native:
                 or len(shape) > self.rt.max_dims or not is_contiguous(shape, strides):
             return None
         for idx, name, default in self.plan.unconsumed:
-            v = vals[idx]
+            v = vals[idx] if idx < nv else default
             if v is not default and v != default:
                 return None
         need = [t._st for t in tensors if not t._st.dev_valid]
@@ -579,21 +596,22 @@ class _Native:
         if not out._st.nbytes:
             return out  # nothing to compute
         cargs = []
+        out_desc = _fresh_desc(rt, out, shape, strides, dtype) if self.inplace_idx is None else _desc(rt, out)
         for kind, a, b in self.plan.steps:
             if kind == B.TENSOR:
                 v = vals[a]
                 cargs.append(_desc(rt, v) if type(v) is XPUTensor else chip.constant_desc(v, dtype, shape))
             elif kind == B.OUTPUT:
-                cargs.append(_desc(rt, out))
+                cargs.append(out_desc)
             elif kind == B.FLOAT:
-                cargs.append(float(vals[a]))
+                cargs.append(float(vals[a] if a < nv else self.defaults[a]))
             elif kind == B.INT:
-                v = vals[a]
+                v = vals[a] if a < nv else self.defaults[a]
                 cargs.append(0 if v is None else int(v))
             elif kind == B.BOOL:
-                cargs.append(bool(vals[a]))
+                cargs.append(bool(vals[a] if a < nv else self.defaults[a]))
             elif kind == B.STRING:
-                cargs.append(vals[a].encode())
+                cargs.append((vals[a] if a < nv else self.defaults[a]).encode())
             elif kind == B.CONST:
                 cargs.append(rt.ffi.NULL if a is None else a)
             else:
@@ -602,7 +620,10 @@ class _Native:
         if st != rt._ok:
             self._vendor_failed(rt.error(st, self.impl))
             return _FAILED
-        out._st.wrote_device()
+        ost = out._st
+        ost.dev_valid = True
+        if not ost.mapped:
+            ost.host_valid = False
         s = chip.stats
         s.native_ops += 1
         s.routes[self.route_key] += 1
@@ -722,8 +743,8 @@ class _Native:
     def _vendor_failed(self, err: DeviceError) -> None:
         chip = self.chip
         chip.stats.vendor_errors += 1
-        self.failure = Reason("vendor_error", f"vendor error {err.status_name} from {err.function}: "
-                                              f"{err.vendor_message}")
+        self.failure = Reason("vendor_error", f"vendor error {err.status_name} "
+                                              f"({err.vendor_message or err.function})")
         key = (self.route.qualname, err.status_name)
         if key not in chip.reported_errors:
             chip.reported_errors.add(key)
@@ -784,6 +805,22 @@ def _fresh(chip, shape, strides, dtype) -> XPUTensor:
     t = torch.Tensor._make_wrapper_subclass(XPUTensor, shape, strides=strides, dtype=dtype, device=chip.device)
     t._st = st
     return t
+
+
+def _fresh_desc(rt, t, shape, strides, dtype):
+    """_desc for a tensor just made by _fresh (geometry known, offset 0)."""
+    dev = t._st.dev
+    key = (dev, 0, shape, strides, dtype)
+    desc = rt.desc_cache.get(key)
+    if desc is None:
+        desc = rt.desc(dev, shape, strides, dtype, 0)
+        if len(rt.desc_cache) > 8192:
+            rt.desc_cache.clear()
+        rt.desc_cache[key] = desc
+    d = t.__dict__
+    d["_d"] = desc
+    d["_dd"] = dev
+    return desc
 
 
 def _desc(rt, t):

@@ -159,6 +159,26 @@ def test_backward_on_every_chip_including_nonzero_indices(anychip):
     same(x.grad, 2 * x.detach().cpu())
 
 
+def test_backward_in_a_new_thread_on_a_nonzero_index(x1v2):
+    import threading
+    seen = {}
+
+    def work():
+        try:
+            x = torch.randn(4).to(x1v2).requires_grad_()
+            (x * x).sum().backward()
+            seen["grad"] = x.grad.cpu()
+            seen["x"] = x.detach().cpu()
+        except Exception as e:  # noqa: BLE001 - reported below
+            seen["err"] = e
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert "err" not in seen, seen.get("err")
+    torch.testing.assert_close(seen["grad"], 2 * seen["x"])
+
+
 @pytest.mark.parametrize("opt_cls", [torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW])
 def test_optimizer_step_matches_cpu_and_uses_foreach(x1, opt_cls):
     torch.manual_seed(0)
