@@ -151,9 +151,9 @@ class OpRoute:
                 if out is _FAILED:
                     return self.fallback(args, kwargs, nat.failure)
             vals = _normalize(self.opi, args, kwargs)
-            reason = nat.reason(vals)
+            reason, metas = nat.decide(vals)
             if reason is None:
-                out = nat.run(vals, args, kwargs)
+                out = nat.run(vals, metas)
                 if out is not _FAILED:
                     s = self.chip.stats
                     s.native_ops += 1
@@ -174,9 +174,9 @@ class OpRoute:
         if not self.forced and fb is not None:
             if fb.kind == "vendor" and self.fb_native is not None:
                 vals = _normalize(self.opi, args, kwargs)
-                r2 = self.fb_native.reason(vals)
+                r2, metas = self.fb_native.decide(vals)
                 if r2 is None:
-                    out = self.fb_native.run(vals, args, kwargs)
+                    out = self.fb_native.run(vals, metas)
                     if out is not _FAILED:
                         s.fallback_ops += 1
                         s.vendor_fallback_ops += 1
@@ -365,8 +365,24 @@ def _mkey(v):
         return (tuple(v.shape), v.stride(), v.dtype, v.device.type)
     if isinstance(v, (list, tuple)):
         return tuple(_mkey(x) for x in v)
-    return v if isinstance(v, (int, float, bool, str, type(None), torch.dtype, torch.device,
-                                torch.layout, torch.memory_format)) else (type(v), id(v))
+    if isinstance(v, (int, float, bool)):
+        return (type(v), v)
+    return v if isinstance(v, (str, type(None), torch.dtype, torch.device, torch.layout,
+                                torch.memory_format)) else (type(v), id(v))
+
+
+def _dkey(v, chip):
+    """Decision-cache key of one argument."""
+    if type(v) is XPUTensor:
+        return (v.shape, v.stride(), v.dtype, v._st.chip is chip)
+    if isinstance(v, torch.Tensor):
+        return (v.shape, v.stride(), v.dtype, v.device.type)
+    if isinstance(v, (list, tuple)):
+        return tuple(_dkey(x, chip) for x in v)
+    if isinstance(v, (int, float, bool)):
+        return (type(v), v)  # 2, 2.0 and True hash alike but may give different results
+    return v if isinstance(v, (str, type(None), torch.dtype, torch.device, torch.layout,
+                                torch.memory_format)) else (type(v), id(v))
 
 
 def _meta_key(args, kwargs):
@@ -438,10 +454,14 @@ class _Native:
                      and bool(self.tensor_idx))
         self.inplace_idx = opi.rets[0].alias_arg if opi.rets else None
         self.route_key = (route.qualname, "native", e.impl)
+        self.decisions: dict = {}
         # calls without keyword arguments skip normalization in the fast
         # path, which reads trailing arguments' defaults from here
         self.defaults = tuple(None if a.default is NO_DEFAULT else a.default for a in opi.args)
         self.needs_copy = bool(e.layout or e.contiguous)
+        # inputs the adapter never changes (unless broadcast or cast per call)
+        self.plain_inputs = {n for _, n, _ in self.tensor_args
+                             if n not in e.layout and n not in e.contiguous and n not in e.quirks}
         # output C params by return index -> layout key
         self.out_layouts = {}
         for kind, ri, _ in plan.steps:
@@ -454,6 +474,29 @@ class _Native:
                 self.out_layouts[ri] = (lay, cname in e.contiguous if cname else False)
 
     # -------------------------------------------------------- eligibility
+
+    def decide(self, vals):
+        """(None, result metas) if the kernel takes these arguments, else
+        (Reason, None).  Both depend only on each argument's geometry, dtype
+        and device and on the scalar values, so they are cached per key."""
+        chip = self.chip
+        key = tuple(_dkey(v, chip) for v in vals)
+        got = self.decisions.get(key)
+        if got is None:
+            reason = self.reason(vals)
+            metas = self.route.outputs_meta(vals) if reason is None else None
+            if metas is not None:
+                for m in metas:
+                    if m is not None and m[2] not in self.rt.dtype_codes:
+                        reason, metas = Reason("dtype", f"the result would be {dtype_name(m[2])}, which "
+                                                        f"{chip.device_type} descriptors cannot hold",
+                                               dtype=dtype_name(m[2])), None
+                        break
+            got = (reason, metas)
+            if len(self.decisions) > 4096:
+                self.decisions.clear()
+            self.decisions[key] = got
+        return got
 
     def reason(self, vals, meta: bool = False):
         """None if the kernel can take these arguments, else a Reason."""
@@ -631,16 +674,10 @@ class _Native:
             log.info("dispatch %s on %s: native %s", self.route.qualname, chip.device_type, self.impl)
         return out
 
-    def run(self, vals, args, kwargs):
+    def run(self, vals, metas):
         """Runs the kernel; returns the op's result, or _FAILED after a vendor
         error (self.failure says why) with every input untouched."""
         chip, rt, e, plan, opi = self.chip, self.rt, self.entry, self.plan, self.opi
-        metas = self.route.outputs_meta(vals)
-        for m in metas:
-            if m is not None and m[2] not in rt.dtype_codes:
-                self.failure = Reason("dtype", f"the result would be {dtype_name(m[2])}, which "
-                                               f"{chip.device_type} descriptors cannot hold", dtype=dtype_name(m[2]))
-                return _FAILED
         # results: fresh tensors or the arguments an in-place/out= op writes
         outs = []
         for ri, ret in enumerate(opi.rets):
@@ -648,7 +685,7 @@ class _Native:
                 outs.append(vals[ret.alias_arg])
             else:
                 m = metas[ri]
-                outs.append(new_tensor(chip, m[0], m[1], m[2]))
+                outs.append(_fresh(chip, m[0], m[1], m[2]))
         ref = outs[0].dtype if outs and isinstance(outs[0], torch.Tensor) and outs[0].dtype in e.dtypes \
             else None
         # what must be resident: inputs read, and written arguments that a
@@ -674,16 +711,16 @@ class _Native:
         written = []
         for ri, o in enumerate(outs):
             if type(o) is XPUTensor:
-                o._st.alloc_device()
+                if not o._st.dev:
+                    o._st.alloc_device()
                 written.append(o._st)
         for idx in self.mutated:
             v = vals[idx]
             if type(v) is XPUTensor and v._st not in written:
                 v._st.alloc_device()
                 written.append(v._st)
-        if all(isinstance(o, torch.Tensor) and o.numel() == 0 for o in outs) and \
-                all(vals[i].numel() == 0 for i in self.mutated if isinstance(vals[i], torch.Tensor)):
-            return self._result(outs)
+        if all(not st.nbytes for st in written):
+            return self._result(outs)  # nothing to compute
         out_shape = tuple(outs[0].shape) if outs and isinstance(outs[0], torch.Tensor) else None
         temps = Temps(chip.allocator)
         copybacks = []
@@ -693,7 +730,7 @@ class _Native:
                 if kind == B.TENSOR:
                     v = vals[a]
                     cargs.append(rt.ffi.NULL if v is None else
-                                 self._input_desc(v, opi.args[a].name, ref, out_shape, temps).desc(rt))
+                                 self._input_desc(v, opi.args[a].name, ref, out_shape, temps))
                 elif kind == B.OUTPUT:
                     cargs.append(self._output_desc(outs[a], a, temps, copybacks))
                 elif kind == B.INT:
@@ -752,15 +789,18 @@ class _Native:
                           f"{err.vendor_message}); running {self.route.qualname} through the fallback "
                           f"instead (inputs were not modified)", FallbackWarning, stacklevel=_user_stacklevel())
 
-    def _input_desc(self, v, name, ref, out_shape, temps) -> View:
+    def _input_desc(self, v, name, ref, out_shape, temps):
         e, rt, chip = self.entry, self.rt, self.chip
         if not isinstance(v, torch.Tensor) or v.device.type == "cpu":
             # a Python number or CPU scalar: a 0-dim constant on the device
             value = v.item() if isinstance(v, torch.Tensor) else v
             dt = ref or (v.dtype if isinstance(v, torch.Tensor) else torch.get_default_dtype())
             v = chip.constant(value, dt)
-        shape, strides, offset, dtype = tuple(v.shape), v.stride(), v.storage_offset(), v.dtype
-        view = View(v._st.dev, shape, strides, offset, dtype)
+        shape, strides, dtype = tuple(v.shape), v.stride(), v.dtype
+        if name in self.plain_inputs and (out_shape is None or shape == out_shape or name not in e.broadcast) \
+                and (ref is None or dtype == ref or name in e.arg_dtypes):
+            return _desc(rt, v)  # passed as it is
+        view = View(v._st.dev, shape, strides, v.storage_offset(), dtype)
         if name in e.broadcast and out_shape is not None and shape != out_shape:
             view.strides = broadcast_strides(shape, strides, out_shape)
             view.shape = out_shape
@@ -776,12 +816,14 @@ class _Native:
         q = e.quirks.get(name)
         if q is not None:
             view = convert_quirk(rt, temps, view, self.quirk_fns[name], q.pass_as, _itemsize(q.pass_as))
-        return view
+        return view.desc(rt)
 
     def _output_desc(self, o, ri, temps, copybacks):
         rt = self.rt
-        view = View(o._st.dev, tuple(o.shape), o.stride(), o.storage_offset(), o.dtype)
         lay, contiguous = self.out_layouts.get(ri, (None, False))
+        if lay is None and not contiguous:
+            return _desc(rt, o)
+        view = View(o._st.dev, tuple(o.shape), o.stride(), o.storage_offset(), o.dtype)
         if lay is not None:
             p = layout_perm(lay)
             view.shape = tuple(view.shape[i] for i in p)
@@ -795,12 +837,13 @@ class _Native:
 
 
 def _fresh(chip, shape, strides, dtype) -> XPUTensor:
-    """A new result tensor with device memory (dense strides)."""
-    numel = 1
-    for d in shape:
+    """A new result tensor with device memory."""
+    numel = span = 1
+    for d, stride in zip(shape, strides):
         numel *= d
-    st = Storage(chip, numel * _itemsize(dtype))
-    if numel:
+        span += (d - 1) * stride
+    st = Storage(chip, (span if numel else 0) * _itemsize(dtype))
+    if st.nbytes:
         st.dev, st.dev_size = chip.allocator.alloc(st.nbytes)
     t = torch.Tensor._make_wrapper_subclass(XPUTensor, shape, strides=strides, dtype=dtype, device=chip.device)
     t._st = st
