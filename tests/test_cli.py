@@ -1,0 +1,75 @@
+"""The `flbridge` command, init's refusal when PrivateUse1 is taken, and ops
+from several threads at once."""
+import os
+import subprocess
+import sys
+import threading
+
+import torch
+
+import flbridge
+from flbridge.demo import run_demo
+
+
+def test_demo_prints_losses_routes_and_bytes(flchips):
+    lines = []
+    assert run_demo(steps=3, device="xpu:x1", batch=8, out=lines.append) == 0
+    text = "\n".join(lines)
+    assert "on fl:1 = xpu:x1 (SparkAI X1-Edge) beside the CPU" in text
+    assert text.count("\n   ") >= 3                              # one line per step
+    assert "What ran where on xpu:x1 (fl:1):" in text
+    assert "aten::convolution.default" in text and "x1_add" in text
+    assert "input has dtype float32 (x1_conv2d takes float16)" in text
+    assert "Bytes moved:" in text and "mapped (zero-copy)" in text
+    assert "largest parameter difference after training" in text
+
+
+def test_demo_and_devices_from_the_shell():
+    env = dict(os.environ)
+    r = subprocess.run([sys.executable, "-m", "flbridge.cli", "demo", "--device", "xpu:th1", "--steps", "2",
+                        "--batch", "4"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "xpu:th1 (Tianhe Semiconductor TH1)" in r.stdout and "host -> device" in r.stdout
+    assert "FallbackWarning" not in r.stderr                     # the table says it instead
+    r = subprocess.run([sys.executable, "-m", "flbridge.cli", "devices"], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("fl:0  xpu:th1") and lines[1].startswith("fl:1  xpu:x1 ")
+    assert lines[2].startswith("fl:2  xpu:x1-v2") and "native ops" in lines[2]
+
+
+def test_init_refuses_when_privateuse1_is_taken():
+    code = ("import torch; torch.utils.rename_privateuse1_backend('otherdev')\n"
+            "import flbridge\n"
+            "try:\n    flbridge.init()\n"
+            "except flbridge.FlbridgeError as e:\n    print('ERR', e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "ERR PrivateUse1 is already taken by another library as 'otherdev'" in r.stdout
+
+
+def test_ops_from_several_threads(flchips):
+    dev = flbridge.torch_device("xpu:x1")
+    errors, results = [], {}
+
+    def work(i):
+        try:
+            torch.manual_seed(i)
+            a, b = torch.randn(64, 32), torch.randn(32, 16)
+            fa, fb = a.to(dev), b.to(dev)
+            for _ in range(20):
+                y = torch.relu(fa @ fb) * 2.0 + 1.0                # native
+                z = y.cumsum(0)                                   # CPU fallback
+            results[i] = (z.cpu(), torch.relu(a @ b).mul(2).add(1).cumsum(0))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for got, want in results.values():
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
