@@ -108,7 +108,7 @@ class Storage:
     """The bytes behind one or more XPUTensors (views share a Storage)."""
 
     __slots__ = ("chip", "nbytes", "host", "host_valid", "dev", "dev_size", "dev_valid", "mapped",
-                 "typed", "__weakref__")
+                 "typed", "version", "__weakref__")
 
     def __init__(self, chip, nbytes: int):
         self.chip = chip
@@ -120,6 +120,7 @@ class Storage:
         self.dev_valid = False
         self.mapped = False
         self.typed = None         # dtype -> typed flat view of host
+        self.version = 0          # bumped by every write, on either side
 
     @classmethod
     def adopt_host(cls, chip, cpu: torch.Tensor) -> "Storage":
@@ -171,11 +172,13 @@ class Storage:
         self.host_valid = True
 
     def wrote_host(self) -> None:
+        self.version += 1
         self.host_valid = True
         if not self.mapped:
             self.dev_valid = False
 
     def wrote_device(self) -> None:
+        self.version += 1
         self.dev_valid = True
         if not self.mapped:
             self.host_valid = False

@@ -23,6 +23,7 @@ import threading
 import warnings
 
 import torch
+import torch.autograd.profiler as _profiler
 from torch._decomp import decomposition_table
 
 from . import binding as B
@@ -455,6 +456,8 @@ class _Native:
         self.inplace_idx = opi.rets[0].alias_arg if opi.rets else None
         self.route_key = (route.qualname, "native", e.impl)
         self.decisions: dict = {}
+        # the vendor call as it appears in torch.profiler tables
+        self.profile_label = f"{e.impl} [{route.chip.device_type}]"
         # calls without keyword arguments skip normalization in the fast
         # path, which reads trailing arguments' defaults from here
         self.defaults = tuple(None if a.default is NO_DEFAULT else a.default for a in opi.args)
@@ -659,11 +662,16 @@ class _Native:
                 cargs.append(rt.ffi.NULL if a is None else a)
             else:
                 return None
-        st = self.cfn(*cargs)
+        if _profiler._is_profiler_enabled:
+            with _profiler.record_function(self.profile_label):
+                st = self.cfn(*cargs)
+        else:
+            st = self.cfn(*cargs)
         if st != rt._ok:
             self._vendor_failed(rt.error(st, self.impl))
             return _FAILED
         ost = out._st
+        ost.version += 1
         ost.dev_valid = True
         if not ost.mapped:
             ost.host_valid = False
@@ -752,7 +760,11 @@ class _Native:
                     cargs.append(b[vals[a]])
                 else:  # CONST
                     cargs.append(rt.ffi.NULL if a is None else a)
-            st = self.cfn(*cargs)
+            if _profiler._is_profiler_enabled:
+                with _profiler.record_function(self.profile_label):
+                    st = self.cfn(*cargs)
+            else:
+                st = self.cfn(*cargs)
             if st != rt._ok:
                 raise rt.error(st, e.impl)
             for tmp_view, final in copybacks:

@@ -111,6 +111,20 @@ def test_host_write_makes_device_copy_stale_and_is_uploaded_once(th1):
     assert s["native_ops"] == 2 and s["cpu_fallback_ops"] == 1
 
 
+def test_each_write_bumps_the_storage_version_and_stales_the_other_side(th1):
+    t = torch.ones(16).to(th1)
+    st = t._st
+    v0 = st.version
+    assert st.host_valid and not st.dev_valid          # .to() wrote the host copy only
+    t.mul_(2.0)                                        # native write
+    assert st.version == v0 + 1 and st.dev_valid and not st.host_valid
+    view = t[4:8]
+    view.clamp_(max=1.0)                               # CPU write through a view: same storage
+    assert st.version == v0 + 2 and st.host_valid and not st.dev_valid
+    t.cpu()                                            # a read changes nothing
+    assert st.version == v0 + 2
+
+
 def test_chain_of_fallback_ops_stays_on_the_host(th1):
     t = torch.randn(50).to(th1)
     u = t.abs().log1p().exp().round().clamp(0, 3)

@@ -300,6 +300,17 @@ def test_fallback_warning_points_at_user_code(x1):
     assert any(m.filename == __file__ for m in w if issubclass(m.category, flbridge.FallbackWarning))
 
 
+def test_vendor_calls_show_in_the_torch_profiler(x1v2):
+    x, w = torch.randn(1, 4, 16, 16).to(x1v2), torch.randn(8, 4, 3, 3).to(x1v2)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        y = torch.relu(F.conv2d(x, w, padding=1))
+    keys = {e.key: e for e in prof.key_averages()}
+    assert "x1_conv2d [xpu:x1-v2]" in keys and "x1_relu [xpu:x1-v2]" in keys
+    assert "aten::convolution" in keys                  # beside PyTorch's own op events
+    assert keys["x1_conv2d [xpu:x1-v2]"].count == 1
+    assert y.shape == (1, 8, 16, 16)
+
+
 # ------------------------------------------------------- vendor failures
 
 def _faults(device, spec: str):
