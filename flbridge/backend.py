@@ -19,6 +19,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._device import _device_constructors
 
+from .adapter import dense_strides
 from .errors import FlbridgeError
 from .tensor import XPUTensor, new_tensor
 
@@ -256,7 +257,7 @@ def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=
     if memory_format is not None and memory_format not in (torch.contiguous_format, torch.preserve_format):
         strides = torch.empty(size, device="meta", memory_format=memory_format).stride()
     else:
-        strides = _dense(size)
+        strides = dense_strides([int(x) for x in size])
     return new_tensor(chip, tuple(size), tuple(strides), dtype)
 
 
@@ -277,14 +278,6 @@ def _copy_from_and_resize(self, dst):
     elif tuple(dst.shape) != tuple(self.shape):
         dst.resize_(self.shape)
     return _copy_(torch.ops.aten.copy_.default, (dst, self), {})
-
-
-def _dense(size):
-    out, acc = [], 1
-    for s in reversed(size):
-        out.append(acc)
-        acc *= max(int(s), 1)
-    return tuple(reversed(out))
 
 
 def register() -> None:

@@ -242,11 +242,13 @@ def info(op) -> OpInfo:
     return got
 
 
-def normalize(opi: OpInfo, args: tuple, kwargs: dict) -> list:
-    """Full positional argument list (defaults filled in)."""
+def normalize(opi: OpInfo, args, kwargs) -> list:
+    """Full positional argument list: given values, then keyword values,
+    then schema defaults (None where an argument has no default)."""
     vals = list(args)
-    if len(vals) < len(opi.args):
-        for a in opi.args[len(vals):]:
+    n = len(vals)
+    if n < len(opi.args):
+        for a in opi.args[n:]:
             if a.name in kwargs:
                 vals.append(kwargs[a.name])
             elif a.default is not NO_DEFAULT:

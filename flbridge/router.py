@@ -32,6 +32,7 @@ from .adapter import (Temps, View, broadcast_strides, convert_quirk, copy_to_den
 from .config import CONFIG
 from .errors import UnsupportedOpError
 from .ops import NO_DEFAULT, info
+from .ops import normalize as _normalize
 from .registry import dtype_name
 from .residency import Storage, make_resident
 from .runtime import DeviceError
@@ -88,14 +89,7 @@ def _first_op_in_thread() -> None:
 
 
 def _chip_of(args, kwargs):
-    for a in args:
-        if type(a) is XPUTensor:
-            return a._st.chip
-        if isinstance(a, (list, tuple)):
-            for b in a:
-                if type(b) is XPUTensor:
-                    return b._st.chip
-    for a in kwargs.values():
+    for a in (*args, *kwargs.values()):
         if type(a) is XPUTensor:
             return a._st.chip
         if isinstance(a, (list, tuple)):
@@ -335,20 +329,6 @@ def _user_stacklevel() -> int:
 # Ops PyTorch lets mix an accelerator tensor with CPU index tensors.
 _CPU_TENSOR_ARGS_OK = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
                        aten._index_put_impl_.default}
-
-
-def _normalize(opi, args, kwargs) -> list:
-    vals = list(args)
-    n = len(vals)
-    if n < len(opi.args):
-        for a in opi.args[n:]:
-            if a.name in kwargs:
-                vals.append(kwargs[a.name])
-            elif a.default is not NO_DEFAULT:
-                vals.append(a.default)
-            else:
-                vals.append(None)
-    return vals
 
 
 def _split_args(opi, vals):
@@ -662,11 +642,7 @@ class _Native:
                 cargs.append(rt.ffi.NULL if a is None else a)
             else:
                 return None
-        if _profiler._is_profiler_enabled:
-            with _profiler.record_function(self.profile_label):
-                st = self.cfn(*cargs)
-        else:
-            st = self.cfn(*cargs)
+        st = self._invoke(cargs)
         if st != rt._ok:
             self._vendor_failed(rt.error(st, self.impl))
             return _FAILED
@@ -760,11 +736,7 @@ class _Native:
                     cargs.append(b[vals[a]])
                 else:  # CONST
                     cargs.append(rt.ffi.NULL if a is None else a)
-            if _profiler._is_profiler_enabled:
-                with _profiler.record_function(self.profile_label):
-                    st = self.cfn(*cargs)
-            else:
-                st = self.cfn(*cargs)
+            st = self._invoke(cargs)
             if st != rt._ok:
                 raise rt.error(st, e.impl)
             for tmp_view, final in copybacks:
@@ -777,6 +749,13 @@ class _Native:
         for st in written:
             st.wrote_device()
         return self._result(outs)
+
+    def _invoke(self, cargs):
+        """The vendor call (an event of its own under torch.profiler)."""
+        if _profiler._is_profiler_enabled:
+            with _profiler.record_function(self.profile_label):
+                return self.cfn(*cargs)
+        return self.cfn(*cargs)
 
     def _reads(self, idx: int) -> bool:
         """Whether a written argument's old values matter (in-place arithmetic

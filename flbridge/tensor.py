@@ -98,14 +98,6 @@ def _itemsize(dtype: torch.dtype) -> int:
     return n
 
 
-def contiguous_strides(shape) -> tuple:
-    strides, acc = [], 1
-    for s in reversed(shape):
-        strides.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(strides))
-
-
 def host_view(t: XPUTensor) -> torch.Tensor:
     """A CPU tensor aliasing t's host bytes (made current first)."""
     st = t._st

@@ -9,24 +9,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import flbridge
+from flbridge.demo import SmallCNN
 from tests.conftest import routes, sim_kernels
-
-
-class SmallCNN(nn.Module):
-    """conv, batch norm, ReLU, pooling, linear; cross-entropy on top."""
-
-    def __init__(self, classes=10):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 8, 3, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(8)
-        self.conv2 = nn.Conv2d(8, 16, 3, stride=2, padding=1)
-        self.pool = nn.AdaptiveAvgPool2d((2, 2))
-        self.fc = nn.Linear(16 * 2 * 2, classes)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
-        x = F.relu(self.conv2(x))
-        return self.fc(torch.flatten(self.pool(x), 1))
 
 
 def train_side_by_side(device, steps=4, dtype=torch.float32, seed=0):

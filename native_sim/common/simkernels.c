@@ -586,6 +586,15 @@ sim_status simk_max_pool2d_nhwc(const char *fn, const char *kernel, const sim_vi
     return SIM_OK;
 }
 
+/* Sum of channel c over rows [hs, he) and columns [ws, we) of image n (NHWC). */
+static float window_sum(const float *X, int64_t n, int64_t H, int64_t W, int64_t C, int64_t c,
+                        int64_t hs, int64_t he, int64_t ws, int64_t we) {
+    float s = 0;
+    for (int64_t ih = hs; ih < he; ih++)
+        for (int64_t iw = ws; iw < we; iw++) s += X[((n * H + ih) * W + iw) * C + c];
+    return s;
+}
+
 sim_status simk_avg_pool2d_nhwc(const char *fn, const char *kernel, const sim_view *in, const int64_t *k,
                                 const int64_t *stride, const int64_t *pad, int count_include_pad,
                                 int64_t divisor_override, const sim_view *out) {
@@ -615,9 +624,7 @@ sim_status simk_avg_pool2d_nhwc(const char *fn, const char *kernel, const sim_vi
                 int64_t div = divisor_override ? divisor_override
                               : count_include_pad ? pool : (he - hs) * (we - ws);
                 for (int64_t c = 0; c < C; c++) {
-                    float s = 0;
-                    for (int64_t ih = hs; ih < he; ih++)
-                        for (int64_t iw = ws; iw < we; iw++) s += X[((n * H + ih) * W + iw) * C + c];
+                    float s = window_sum(X, n, H, W, C, c, hs, he, ws, we);
                     Y[((n * OH + oh) * OW + ow) * C + c] = div ? s / (float)div : NAN;
                 }
             }
@@ -644,12 +651,9 @@ sim_status simk_adaptive_avg_pool2d_nhwc(const char *fn, const char *kernel, con
             int64_t hs = (oh * H) / OH, he = ((oh + 1) * H + OH - 1) / OH;
             for (int64_t ow = 0; ow < OW; ow++) {
                 int64_t ws = (ow * W) / OW, we = ((ow + 1) * W + OW - 1) / OW;
-                for (int64_t c = 0; c < C; c++) {
-                    float s = 0;
-                    for (int64_t ih = hs; ih < he; ih++)
-                        for (int64_t iw = ws; iw < we; iw++) s += X[((n * H + ih) * W + iw) * C + c];
-                    Y[((n * OH + oh) * OW + ow) * C + c] = s / (float)((he - hs) * (we - ws));
-                }
+                for (int64_t c = 0; c < C; c++)
+                    Y[((n * OH + oh) * OW + ow) * C + c] =
+                        window_sum(X, n, H, W, C, c, hs, he, ws, we) / (float)((he - hs) * (we - ws));
             }
         }
     sim_scatter(Y, out);

@@ -57,6 +57,29 @@ class Chip:
             self.last_error = lambda: ffi.string(lib.th1GetLastErrorString()).decode()
         self.live: list[int] = []
 
+    # ---- counters
+    def counters(self) -> dict:
+        """The runtime's counters struct as a dict."""
+        ffi, lib = self.ffi, self.lib
+        if self.kind == "x1":
+            c = ffi.new("x1_counters_t *")
+            assert lib.x1_get_counters(c) == self.ok
+        else:
+            c = ffi.new("th1Stats_t *")
+            assert lib.th1GetStats(c) == self.ok
+        return {f: getattr(c, f) for f, _ in ffi.typeof(c).item.fields}
+
+    def kernel_counts(self) -> dict:
+        """{kernel name: launches}."""
+        ffi, lib = self.ffi, self.lib
+        if self.kind == "x1":
+            arr, n = ffi.new("x1_kernel_counter_t[64]"), ffi.new("int32_t *")
+            assert lib.x1_get_kernel_counters(arr, 64, n) == self.ok
+        else:
+            arr, n = ffi.new("th1KernelStat_t[64]"), ffi.new("int *")
+            assert lib.th1GetKernelStats(arr, 64, n) == self.ok
+        return {ffi.string(arr[i].name).decode(): arr[i].launches for i in range(n[0])}
+
     # ---- memory
     def malloc(self, nbytes: int) -> int:
         p = self.ffi.new(self.ptr_type)

@@ -54,9 +54,10 @@ print("returned", st, flush=True)
 
 
 def run(body, lib, header, strict):
+    """Runs body in a fresh interpreter; strict: True, False, or the raw value."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("SIM_STRICT")}
-    if strict:
-        env["X1SIM_STRICT"] = env["TH1SIM_STRICT"] = "1"
+    if strict is not False:
+        env["X1SIM_STRICT"] = env["TH1SIM_STRICT"] = "1" if strict is True else strict
     code = textwrap.dedent(PRELUDE.format(header=str(HEADERS[header]), lib=str(LIBS / lib))) + body
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           timeout=120)
@@ -90,8 +91,5 @@ def test_th1_unaligned_matmul_aborts_in_strict_mode():
 
 
 def test_strict_zero_means_off():
-    env = {k: v for k, v in os.environ.items() if not k.endswith("SIM_STRICT")}
-    env["X1SIM_STRICT"] = "0"
-    code = textwrap.dedent(PRELUDE.format(header=str(HEADERS["x1"]), lib=str(LIBS / "libx1sim.so"))) + X1_BAD_CONV
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    r = run(X1_BAD_CONV, "libx1sim.so", "x1", strict="0")
     assert r.returncode == 0 and "returned 3" in r.stdout

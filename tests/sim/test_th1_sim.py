@@ -12,16 +12,11 @@ def close(a, b, dtype=torch.float32):
 
 
 def stats(th1):
-    s = th1.ffi.new("th1Stats_t *")
-    assert th1.lib.th1GetStats(s) == th1.ok
-    return {f: getattr(s, f) for f, _ in th1.ffi.typeof("th1Stats_t").fields}
+    return th1.counters()
 
 
 def kernel_stats(th1):
-    arr = th1.ffi.new("th1KernelStat_t[64]")
-    n = th1.ffi.new("int *")
-    assert th1.lib.th1GetKernelStats(arr, 64, n) == th1.ok
-    return {th1.ffi.string(arr[i].name).decode(): arr[i].launches for i in range(n[0])}
+    return th1.kernel_counts()
 
 
 def test_memory_copies_batch_and_stats(th1):

@@ -15,16 +15,11 @@ def close(a, b, dtype=torch.float32, rtol=None):
 
 
 def counters(x1):
-    c = x1.ffi.new("x1_counters_t *")
-    assert x1.lib.x1_get_counters(c) == x1.ok
-    return {f: getattr(c, f) for f, _ in x1.ffi.typeof("x1_counters_t").fields}
+    return x1.counters()
 
 
 def kernel_counts(x1):
-    arr = x1.ffi.new("x1_kernel_counter_t[64]")
-    n = x1.ffi.new("int32_t *")
-    assert x1.lib.x1_get_kernel_counters(arr, 64, n) == x1.ok
-    return {x1.ffi.string(arr[i].name).decode(): arr[i].launches for i in range(n[0])}
+    return x1.kernel_counts()
 
 
 # ------------------------------------------------------------------ memory
