@@ -490,7 +490,7 @@ class _Native:
             if v is not default and v != default:
                 return Reason("argument", f"{name}={_short(v)} ({e.impl} only takes the default {default!r})")
         max_dims = self.rt.max_dims
-        for idx, name, nullable in self.tensor_args:
+        for idx, name, _nullable in self.tensor_args:
             v = vals[idx]
             if v is None:
                 if idx in self.present:
@@ -605,7 +605,7 @@ class _Native:
         if dtype is None or dtype not in self.entry.dtypes or not dtype.is_floating_point \
                 or len(shape) > self.rt.max_dims or not is_contiguous(shape, strides):
             return None
-        for idx, name, default in self.plan.unconsumed:
+        for idx, _name, default in self.plan.unconsumed:
             v = vals[idx] if idx < nv else default
             if v is not default and v != default:
                 return None
@@ -623,7 +623,7 @@ class _Native:
             return out  # nothing to compute
         cargs = []
         out_desc = _fresh_desc(rt, out, shape, strides, dtype) if self.inplace_idx is None else _desc(rt, out)
-        for kind, a, b in self.plan.steps:
+        for kind, a, _b in self.plan.steps:
             if kind == B.TENSOR:
                 v = vals[a]
                 cargs.append(_desc(rt, v) if type(v) is XPUTensor else chip.constant_desc(v, dtype, shape))
@@ -693,7 +693,7 @@ class _Native:
                     resident.append(st)
         make_resident(chip, resident)
         written = []
-        for ri, o in enumerate(outs):
+        for o in outs:
             if type(o) is XPUTensor:
                 if not o._st.dev:
                     o._st.alloc_device()
@@ -710,7 +710,7 @@ class _Native:
         copybacks = []
         try:
             cargs = []
-            for ci, (kind, a, b) in enumerate(plan.steps):
+            for kind, a, b in plan.steps:
                 if kind == B.TENSOR:
                     v = vals[a]
                     cargs.append(rt.ffi.NULL if v is None else

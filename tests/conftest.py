@@ -23,7 +23,6 @@ if _root is not None:
     sys.path.pop(0)
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -76,7 +75,6 @@ def routes(device) -> dict:
 
 def sim_kernels(device) -> dict:
     """The simulator's own per-kernel launch counters for the chip."""
-    import flbridge
     from flbridge.backend import chip_for
     rt = chip_for(device).runtime
     ffi, lib = rt.ffi, rt.lib
@@ -86,4 +84,4 @@ def sim_kernels(device) -> dict:
     else:
         arr, n = ffi.new("th1KernelStat_t[96]"), ffi.new("int *")
         lib.th1GetKernelStats(arr, 96, n)
-    return {ffi.string(arr[i].name).decode(): int(getattr(arr[i], "launches")) for i in range(n[0])}
+    return {ffi.string(arr[i].name).decode(): int(arr[i].launches) for i in range(n[0])}

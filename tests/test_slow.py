@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import flbridge
 from flbridge.demo import SmallCNN, synthetic_batch
-from tests.test_opinfo import BY_NAME, CHIP_DTYPES, cpu_of, to_dev
+from tests.test_opinfo import BY_NAME, CHIP_DTYPES, cpu_of
 
 pytestmark = pytest.mark.slow
 
