@@ -126,7 +126,6 @@ class OpRoute:
         self.fb_python = None
         self.decomp = decomposition_table.get(func) if chip.spec.decompose else None
         self.decomp_ok_cache: dict = {}
-        self.meta_cache: dict = {}
         self.seeded = torch.Tag.nondeterministic_seeded in func.tags
         self.mixed_device_ok = func in _CPU_TENSOR_ARGS_OK
         if self.forced:
@@ -294,20 +293,14 @@ class OpRoute:
     # ------------------------------------------------------------ meta
 
     def outputs_meta(self, vals):
-        """Shapes, strides and dtypes of the results (PyTorch's meta kernels,
-        cached); raises PyTorch's own error for invalid arguments."""
-        key = tuple(_mkey(v) for v in vals)
-        got = self.meta_cache.get(key)
-        if got is None:
-            pos, kw = _split_args(self.opi, [_to_meta(v) for v in vals])
-            res = self.func(*pos, **kw)
-            res = res if isinstance(res, (tuple, list)) else (res,)
-            got = tuple((tuple(r.shape), tuple(r.stride()), r.dtype) if isinstance(r, torch.Tensor) else None
-                        for r in res)
-            if len(self.meta_cache) > 4096:
-                self.meta_cache.clear()
-            self.meta_cache[key] = got
-        return got
+        """Shapes, strides and dtypes of the results, from PyTorch's meta
+        kernels (called once per argument key by _Native.decide); raises
+        PyTorch's own error for invalid arguments."""
+        pos, kw = _split_args(self.opi, [_to_meta(v) for v in vals])
+        res = self.func(*pos, **kw)
+        res = res if isinstance(res, (tuple, list)) else (res,)
+        return tuple((tuple(r.shape), tuple(r.stride()), r.dtype) if isinstance(r, torch.Tensor) else None
+                     for r in res)
 
 
 _FAILED = object()

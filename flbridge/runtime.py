@@ -53,14 +53,10 @@ class Runtime:
 
     # ------------------------------------------------------------ status
 
-    def _status_name(self, status: int, fn: str) -> str:
-        names = self._status_names
-        return names.get(status, f"status {status}")
-
     def error(self, status: int, fn: str) -> DeviceError:
         msg = self.last_error()
         cls = DeviceOOM if status == self._oom else DeviceError
-        return cls(self.device_type, fn, status, self._status_name(status, fn), msg)
+        return cls(self.device_type, fn, status, self._status_names.get(status, f"status {status}"), msg)
 
     def last_error(self) -> str:
         p = self._last_error()
@@ -212,16 +208,6 @@ _ITEMSIZE = {dt: torch.empty(0, dtype=dt).element_size() for dt in
               torch.int16, torch.int32, torch.int64, torch.bool)}
 
 
-@dataclass(frozen=True)
-class _TensorFields:
-    data: str
-    ndim: str
-    shape: str
-    strides: str
-    dtype: str
-    offset: str | None
-
-
 # ---------------------------------------------------------------- binding
 
 def _lib_symbols(path: Path) -> ctypes.CDLL | None:
@@ -310,8 +296,7 @@ def bind_runtime(spec: DeviceSpec) -> tuple[Runtime | None, list[SpecProblem], l
                                + (f"; did you mean '{near[0]}'?" if near else ""))
             return None
 
-    r = Runtime.__new__(Runtime)
-    Runtime.__init__(r, spec, header, ffi, lib)
+    r = Runtime(spec, header, ffi, lib)
 
     # status codes
     r._ok = constant(rt.status_success, (rt.file, rt.line), "runtime.status.success")
@@ -345,8 +330,6 @@ def bind_runtime(spec: DeviceSpec) -> tuple[Runtime | None, list[SpecProblem], l
         return None, problems, load_errors
     r.max_dims = shape_t.length
     r._desc_ptr = ffi.typeof(ts.type + " *")
-    r._tfields = _TensorFields(ts.fields["data"], ts.fields["ndim"], ts.fields["shape"],
-                               ts.fields["strides"], ts.fields["dtype"], ts.fields.get("offset"))
     order = [name for name, _ in sty.fields]
     r._nfields = len(order)
     # positions in the initializer list of: data, ndim, shape, strides, dtype, offset
