@@ -439,15 +439,14 @@ class _Native:
         self.plain_inputs = {n for _, n, _ in self.tensor_args
                              if n not in e.layout and n not in e.contiguous and n not in e.quirks}
         # output C params by return index -> layout key
+        # per result: (layout, must be dense), keyed by the C parameter's name
+        # (or "out" for the first result)
         self.out_layouts = {}
-        for kind, ri, _ in plan.steps:
+        params = self.rt.header.functions[e.impl].params
+        for (kind, ri, _), p in zip(plan.steps, params):
             if kind == B.OUTPUT:
-                cname = None
-                for ci, step in enumerate(plan.steps):
-                    if step == (kind, ri, _):
-                        cname = self.rt.header.functions[e.impl].params[ci].name
-                lay = e.layout.get(cname) or (e.layout.get("out") if ri == 0 else None)
-                self.out_layouts[ri] = (lay, cname in e.contiguous if cname else False)
+                lay = e.layout.get(p.name) or (e.layout.get("out") if ri == 0 else None)
+                self.out_layouts[ri] = (lay, p.name in e.contiguous)
 
     # -------------------------------------------------------- eligibility
 
