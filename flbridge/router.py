@@ -31,7 +31,7 @@ from .adapter import (Temps, View, broadcast_strides, convert_quirk, copy_to_den
                       is_contiguous, layout_perm)
 from .config import CONFIG
 from .errors import UnsupportedOpError
-from .ops import NO_DEFAULT, info
+from .ops import NO_DEFAULT, info, reaches_dispatch
 from .ops import normalize as _normalize
 from .registry import dtype_name
 from .residency import Storage, make_resident
@@ -659,6 +659,8 @@ class _Native:
         for ri, ret in enumerate(opi.rets):
             if ret.alias_arg is not None:
                 outs.append(vals[ret.alias_arg])
+            elif plan.out_params[ri] is None:
+                outs.append(_fresh(chip, (0,), (1,), metas[ri][2]))  # not produced: empty, as on the CPU
             else:
                 m = metas[ri]
                 outs.append(_fresh(chip, m[0], m[1], m[2]))
@@ -930,6 +932,9 @@ def cpu_fallback(route: OpRoute, args, kwargs):
                 storages[st.host.untyped_storage().data_ptr()] = st
             return h
         if isinstance(v, torch.Tensor):
+            if v.device.type == "fl":  # an fl tensor that is not an XPUTensor: sparse, nested, ...
+                raise NotImplementedError(f"flbridge: {v.layout} tensors are not supported on fl devices "
+                                          f"(only strided ones); keep them on the CPU")
             # PyTorch lets a 0-dim CPU tensor stand beside any device's tensors
             if v.device.type != "cpu" or (v.dim() > 0 and not route.mixed_device_ok):
                 raise _device_mismatch(chip.device, v.device)
@@ -1019,6 +1024,13 @@ def _wrap_results(chip, result, host_to_xpu, storages):
             return hit[1]  # an in-place / out= result: the argument itself
         if result.device.type != "cpu":
             return result
+        if result.layout != torch.strided:
+            raise NotImplementedError(f"flbridge: {result.layout} tensors are not supported on fl devices "
+                                      f"(only strided ones); do this on the CPU (.cpu()) and move the "
+                                      f"dense result back")
+        if result.is_conj() or result.is_neg():
+            # a lazily conjugated/negated view: the bytes alone would lose the sign
+            result = result.resolve_conj().resolve_neg()
         ptr = result.untyped_storage().data_ptr()
         st = storages.get(ptr) if ptr else None
         if st is not None:  # aliases an argument's bytes: a view of its storage
@@ -1081,6 +1093,15 @@ def _view(func, args, kwargs):
     chip, st = base._st.chip, base._st
     outs = []
     for shape, stride, offset, dtype in geos:
+        numel, span = 1, 1
+        for d, sd in zip(shape, stride):
+            numel *= d
+            span += (d - 1) * sd
+        need = (offset + span) * _itemsize(dtype) if numel else 0
+        if need > st.nbytes:
+            raise RuntimeError(f"setStorage: sizes {list(shape)}, strides {list(stride)}, storage offset {offset}, "
+                               f"and itemsize {_itemsize(dtype)} requiring a storage size of {need} are out of "
+                               f"bounds for storage of size {st.nbytes}")
         t = new_tensor(chip, shape, stride, dtype, storage=st, offset=offset)
         torch._functionalize_unsafe_set(t, base)
         outs.append(t)
@@ -1323,15 +1344,34 @@ _EXPLICIT = {
     aten.set_.source_Storage_storage_offset: _set,
     aten.resize_.default: _resize,
     aten._fused_sdp_choice.default: _fused_sdp_choice,
+    # lazy conjugation/negation is a flag bit on the tensor, which fl tensors
+    # do not carry: these "views" are computed (correct values; writes through
+    # them do not reach the base)
+    aten._conj.default: lambda f, a, k: aten.conj_physical.default(a[0]),
+    aten._neg_view.default: lambda f, a, k: aten.neg.default(a[0]),
     aten.record_stream.default: lambda f, a, k: None,
 }
 _HANDLERS: dict = {}
+
+
+def _composite(func, args, kwargs):
+    """A CompositeImplicitAutograd op (reshape, flatten, contiguous, ...).
+    Autograd decomposes these before dispatch; they reach here only from
+    inside another op's decomposition, where PyTorch's own decomposition is
+    the right answer (reshape, say, is a view or a copy depending on the
+    strides, which its schema cannot say)."""
+    out = func.decompose(*args, **kwargs)
+    if out is NotImplemented:
+        return _route(func, args, kwargs)
+    return out
 
 
 def _classify(func):
     h = _EXPLICIT.get(func)
     if h is not None:
         return h
+    if not reaches_dispatch(func):
+        return _composite
     name = func._schema.name
     if name.startswith("aten::_foreach_"):
         return _foreach

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import flbridge
 from flbridge.demo import SmallCNN, synthetic_batch
-from tests.test_opinfo import BY_NAME, CHIP_DTYPES, cpu_of
+from tests.test_opinfo import BY_NAME, CHIP_DTYPES, cpu_of, to_dev
 
 pytestmark = pytest.mark.slow
 
@@ -82,3 +82,76 @@ def test_long_training_run_tracks_the_cpu(flchips, chip):
     assert lf.item() < 1.0  # it learnt the batch
     for a, b in zip(cpu.parameters(), fl.parameters()):
         torch.testing.assert_close(b.detach().cpu(), a.detach(), rtol=1e-3, atol=1e-3)
+
+
+# Every OpInfo in PyTorch's op_db, whatever route it takes, against the CPU.
+# Expected differences, each checked for its behaviour below:
+#   tensor_split with device indices: PyTorch requires them on the CPU (as on CUDA)
+#   as_strided.partial_views: reads through an offset into the *source* tensor's
+#       storage, which .to() does not copy (as on CUDA)
+#   sparse layouts: not supported on fl devices, with a clear error
+_RANDOM = ("rand", "normal", "bernoulli", "uniform", "multinomial", "cauchy", "exponential", "geometric",
+           "log_normal")
+_SPARSE = ("sparse.", "to_sparse")
+
+
+def _sweep_ops():
+    out = []
+    for op in __import__("torch.testing._internal.common_methods_invocations",
+                         fromlist=["op_db"]).op_db:
+        if torch.float32 in op.supported_dtypes("cpu") and op.name not in ("tensor_split",):
+            if not (op.name == "as_strided" and op.variant_test_name == "partial_views"):
+                out.append(op)
+    return out
+
+
+@pytest.mark.parametrize("chip", ["xpu:x1", "xpu:th1"])
+def test_every_opinfo_through_fl_matches_the_cpu(flchips, chip):
+    dev = flbridge.torch_device(chip)
+    failures, checked = [], 0
+    for op in _sweep_ops():
+        try:
+            samples = list(op.sample_inputs("cpu", torch.float32))[:4]
+        except Exception:  # noqa: BLE001 - an OpInfo whose samples need CUDA
+            continue
+        random = op.name.startswith(_RANDOM) or "dropout" in op.name or "empty" in op.name
+        for s in samples:
+            try:
+                torch.manual_seed(0)
+                want = op(s.input, *s.args, **s.kwargs)
+            except Exception:  # noqa: BLE001 - samples the CPU rejects
+                continue
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    got = op(to_dev(s.input, dev), *to_dev(s.args, dev), **to_dev(s.kwargs, dev))
+                if op.name.startswith(_SPARSE):
+                    failures.append(f"{op.name}: expected a clear error for sparse tensors")
+                elif not random:
+                    torch.testing.assert_close(cpu_of(got), want, equal_nan=True, rtol=1e-4, atol=1e-4)
+                checked += 1
+            except NotImplementedError as e:
+                if not (op.name.startswith(_SPARSE) and "not supported on fl devices" in str(e)):
+                    failures.append(f"{op.name}.{op.variant_test_name}: {type(e).__name__}: {e}")
+            except Exception as e:  # noqa: BLE001 - collected and reported together
+                failures.append(f"{op.name}.{op.variant_test_name}: {type(e).__name__}: {str(e)[:200]}")
+            if failures and failures[-1].startswith(op.name):
+                break
+    assert not failures, "\n".join(failures)
+    assert checked > 1500
+    s = flbridge.stats(dev)
+    assert s["native_ops"] > 100 and s["cpu_fallback_ops"] > 1000
+
+
+def test_tensor_split_needs_cpu_indices_like_pytorch(x1):
+    t = torch.arange(10.0).to(x1)
+    with pytest.raises(RuntimeError, match="expected tensor_indices_or_sections to be on cpu, but it's on fl:1"):
+        torch.tensor_split(t, torch.tensor([2, 5]).to(x1))
+    assert [p.cpu().tolist() for p in torch.tensor_split(t, torch.tensor([2, 5]))] == \
+        [[0.0, 1.0], [2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0, 9.0]]
+
+
+def test_as_strided_past_the_storage_fails_like_pytorch(x1):
+    t = torch.arange(10.0).to(x1)
+    with pytest.raises(RuntimeError, match="out of bounds for storage of size 40"):
+        t.as_strided((2, 2), (1, 2), 10)
