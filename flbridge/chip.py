@@ -25,7 +25,7 @@ class Chip:
         self.generator = torch.Generator()  # this chip's RNG (random ops run on the host)
         self.generator.manual_seed(torch.initial_seed())
         self._constants: OrderedDict = OrderedDict()
-        self._const_lock = threading.Lock()
+        self._const_lock = threading.RLock()
         self._const_descs: dict = {}
         self._const_keep: dict = {}
 

@@ -7,7 +7,6 @@ runtime's own counters, when it has them, are reported beside them under
 from __future__ import annotations
 
 import logging
-import threading
 from collections import Counter
 
 log = logging.getLogger("flbridge")
@@ -23,7 +22,6 @@ class ChipStats:
     the route table is a Counter keyed by (op, route, detail)."""
 
     def __init__(self):
-        self._lock = threading.Lock()
         self.reset()
 
     def reset(self) -> None:

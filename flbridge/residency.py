@@ -43,7 +43,9 @@ class DeviceAllocator:
     def __init__(self, chip):
         self.chip = chip
         self.rt = chip.runtime
-        self.lock = threading.Lock()
+        # re-entrant: a Storage finalizer run by the garbage collector inside a
+        # locked region (on this same thread) returns its block through here
+        self.lock = threading.RLock()
         self.cache: dict[int, list[int]] = {}
         self.allocated = 0      # bytes in blocks held by storages
         self.cached = 0         # bytes in free blocks kept for reuse

@@ -161,6 +161,36 @@ def test_memory_returns_to_baseline_after_del(th1):
     assert torch.fl.max_memory_allocated(th1) == torch.fl.memory_allocated(th1)
 
 
+def test_finalizer_inside_the_allocator_does_not_deadlock(th1):
+    """The collector can free a storage while the allocator's lock is held on
+    the same thread: the lock must be re-entrant.  Run on a private allocator
+    in a thread, so a regression fails here instead of hanging the suite."""
+    import threading
+    import types
+    from flbridge.residency import DeviceAllocator, Storage
+    real = chip_for(th1)
+    fake = types.SimpleNamespace(runtime=real.runtime, spec=real.spec, device_type=real.device_type, index=0)
+    fake.allocator = DeviceAllocator(fake)
+    done = threading.Event()
+
+    def body():
+        st = Storage(fake, 64)
+        st.alloc_device()
+        cycle = [st]
+        cycle.append(cycle)                 # only the collector frees it
+        del st, cycle
+        with fake.allocator.lock:
+            gc.collect()                    # Storage.__del__ -> fake.allocator.release
+        done.set()
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    t.join(30)
+    assert done.is_set(), "a finalizer run under the allocator's lock deadlocked"
+    assert fake.allocator.cached == 512 and fake.allocator.allocated == 0
+    fake.allocator.empty_cache()
+
+
 OOM_SCRIPT = textwrap.dedent("""
     import torch, flbridge
     flbridge.init()
