@@ -1033,11 +1033,12 @@ def _wrap_results(chip, result, host_to_xpu, storages):
             result = result.resolve_conj().resolve_neg()
         ptr = result.untyped_storage().data_ptr()
         st = storages.get(ptr) if ptr else None
-        if st is not None:  # aliases an argument's bytes: a view of its storage
-            return new_tensor(chip, tuple(result.shape), result.stride(), result.dtype, storage=st,
-                              offset=result.storage_offset())
-        stg = Storage.adopt_host(chip, result)
-        return new_tensor(chip, tuple(result.shape), result.stride(), result.dtype, storage=stg,
+        if st is None:
+            # fresh bytes: adopt them (no copy); results sharing them share the storage
+            st = Storage.adopt_host(chip, result)
+            if ptr:
+                storages[ptr] = st
+        return new_tensor(chip, tuple(result.shape), result.stride(), result.dtype, storage=st,
                           offset=result.storage_offset())
     if isinstance(result, (list, tuple)):
         return type(result)(_wrap_results(chip, r, host_to_xpu, storages) for r in result)

@@ -100,6 +100,26 @@ def test_out_variant_resizes_like_pytorch(x1):
     same(out, torch.ones(2, 3))
 
 
+def test_fallback_results_aliasing_an_argument_share_its_storage(x1):
+    t = torch.arange(8.0).to(x1)
+    c = t.cumsum(0)                                   # CPU fallback: host-only result
+    a, b = torch.ops.aten.unsafe_split.Tensor(c, 4)   # CPU fallback returning views of c's bytes
+    assert a._st is c._st and b._st is c._st
+    b.add_(100)                                       # native write through one of them
+    assert a.cpu().tolist() == [0.0, 1.0, 3.0, 6.0]
+    assert c.cpu().tolist()[4:] == [110.0, 115.0, 121.0, 128.0]
+
+
+def test_fresh_cpu_results_sharing_bytes_get_one_storage(x1):
+    from flbridge.backend import chip_for
+    from flbridge.router import _wrap_results
+    base = torch.arange(6.0)
+    a, b = base[:3], base[3:]                         # two results over one fresh buffer
+    wa, wb = _wrap_results(chip_for(x1), (a, b), {}, {})
+    assert wa._st is wb._st and wb.storage_offset() == 3
+    assert wb.cpu().tolist() == [3.0, 4.0, 5.0]
+
+
 def test_resize_and_set(x1):
     t = torch.arange(4.0).to(x1)
     v = t[:2]
