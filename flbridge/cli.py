@@ -97,5 +97,15 @@ def main(argv: list[str] | None = None) -> int:
     return run_demo(steps=a.steps, device=a.device, batch=a.batch)
 
 
+def entry() -> int:
+    """Console entry point: `flbridge demo | head` ends quietly."""
+    try:
+        return main()
+    except BrokenPipeError:
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())
