@@ -41,6 +41,14 @@ def init() -> list:
         config.reload()
         specs = [load_spec(p) for p in discover()]
         check_unique(specs)
+        by_lib: dict = {}
+        for s in specs:
+            by_lib.setdefault(s.runtime_so, []).append(s.device_type)
+        for lib, names in by_lib.items():
+            if len(names) > 1:
+                warnings.warn(f"flbridge: {', '.join(names)} load the same runtime library {lib}; they share "
+                              f"its state (device memory, counters) as one device would. Give each chip "
+                              f"its own runtime_so if they are separate devices.", stacklevel=2)
         runtimes = [load_runtime(s) for s in specs]
         for rt in runtimes:
             init_runtime(rt)
