@@ -136,12 +136,17 @@ class Storage:
 
     def __del__(self):
         try:
-            if self.mapped:
-                self.chip.runtime.unmap(self.dev)
-            elif self.dev:
-                self.chip.allocator.release(self.dev, self.dev_size)
+            self.drop_device()
         except Exception:  # noqa: BLE001 - interpreter teardown or a runtime already shut down
             pass
+
+    def drop_device(self) -> None:
+        """Gives the device side back (unmap, or return the block to the cache)."""
+        if self.mapped:
+            self.chip.runtime.unmap(self.dev)
+        elif self.dev:
+            self.chip.allocator.release(self.dev, self.dev_size)
+        self.dev, self.dev_size, self.mapped, self.dev_valid = 0, 0, False, False
 
     # ---------------------------------------------------------------- host
 
@@ -203,9 +208,7 @@ def make_resident(chip, storages) -> None:
             continue
         if st.host is not None and st.host_valid and rt.can_map and CONFIG.zero_copy:
             if st.dev:
-                # a stale device block: give it back and map the host bytes instead
-                chip.allocator.release(st.dev, st.dev_size)
-                st.dev, st.dev_size = 0, 0
+                st.drop_device()  # a stale device block: give it back and map the host bytes instead
             try:
                 st.dev = rt.map(st.host.data_ptr(), st.nbytes)
             except DeviceError:

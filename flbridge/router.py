@@ -334,33 +334,24 @@ def _split_args(opi, vals):
     return pos, kw
 
 
-def _mkey(v):
+def _arg_key(v, chip=None):
+    """Cache key of one argument: tensors by geometry, dtype and device
+    (whether it is `chip`'s), numbers with their type (2, 2.0 and True hash
+    alike but may give different results), other values as they are."""
+    if type(v) is XPUTensor:
+        return (v.shape, v.stride(), v.dtype, v._st.chip is chip)
     if isinstance(v, torch.Tensor):
-        return (tuple(v.shape), v.stride(), v.dtype, v.device.type)
+        return (v.shape, v.stride(), v.dtype, v.device.type)
     if isinstance(v, (list, tuple)):
-        return tuple(_mkey(x) for x in v)
+        return tuple(_arg_key(x, chip) for x in v)
     if isinstance(v, (int, float, bool)):
         return (type(v), v)
     return v if isinstance(v, (str, type(None), torch.dtype, torch.device, torch.layout,
                                 torch.memory_format)) else (type(v), id(v))
 
 
-def _dkey(v, chip):
-    """Decision-cache key of one argument."""
-    if type(v) is XPUTensor:
-        return (v.shape, v.stride(), v.dtype, v._st.chip is chip)
-    if isinstance(v, torch.Tensor):
-        return (v.shape, v.stride(), v.dtype, v.device.type)
-    if isinstance(v, (list, tuple)):
-        return tuple(_dkey(x, chip) for x in v)
-    if isinstance(v, (int, float, bool)):
-        return (type(v), v)  # 2, 2.0 and True hash alike but may give different results
-    return v if isinstance(v, (str, type(None), torch.dtype, torch.device, torch.layout,
-                                torch.memory_format)) else (type(v), id(v))
-
-
 def _meta_key(args, kwargs):
-    return (tuple(_mkey(a) for a in args), tuple((k, _mkey(v)) for k, v in sorted(kwargs.items())))
+    return (tuple(_arg_key(a) for a in args), tuple((k, _arg_key(v)) for k, v in sorted(kwargs.items())))
 
 
 def _to_meta(v):
@@ -455,7 +446,7 @@ class _Native:
         (Reason, None).  Both depend only on each argument's geometry, dtype
         and device and on the scalar values, so they are cached per key."""
         chip = self.chip
-        key = tuple(_dkey(v, chip) for v in vals)
+        key = tuple(_arg_key(v, chip) for v in vals)
         got = self.decisions.get(key)
         if got is None:
             reason = self.reason(vals)
@@ -614,7 +605,10 @@ class _Native:
         if not out._st.nbytes:
             return out  # nothing to compute
         cargs = []
-        out_desc = _fresh_desc(rt, out, shape, strides, dtype) if self.inplace_idx is None else _desc(rt, out)
+        if self.inplace_idx is None:
+            out_desc = _cached_desc(rt, out, out._st.dev, 0, shape, strides, dtype)  # geometry known
+        else:
+            out_desc = _desc(rt, out)
         for kind, a, _b in self.plan.steps:
             if kind == B.TENSOR:
                 v = vals[a]
@@ -835,22 +829,6 @@ def _fresh(chip, shape, strides, dtype) -> XPUTensor:
     return t
 
 
-def _fresh_desc(rt, t, shape, strides, dtype):
-    """_desc for a tensor just made by _fresh (geometry known, offset 0)."""
-    dev = t._st.dev
-    key = (dev, 0, shape, strides, dtype)
-    desc = rt.desc_cache.get(key)
-    if desc is None:
-        desc = rt.desc(dev, shape, strides, dtype, 0)
-        if len(rt.desc_cache) > 8192:
-            rt.desc_cache.clear()
-        rt.desc_cache[key] = desc
-    d = t.__dict__
-    d["_d"] = desc
-    d["_dd"] = dev
-    return desc
-
-
 def _desc(rt, t):
     """t's descriptor.  Kept on the tensor while its device address holds
     (set_geometry() drops it when the geometry changes in place); otherwise
@@ -860,13 +838,20 @@ def _desc(rt, t):
     dev = t._st.dev
     if d.get("_dd") == dev:
         return d["_d"]
-    key = (dev, t.storage_offset(), t.shape, t.stride(), t.dtype)
+    return _cached_desc(rt, t, dev, t.storage_offset(), t.shape, t.stride(), t.dtype)
+
+
+def _cached_desc(rt, t, dev, offset, shape, strides, dtype):
+    """The runtime's cached descriptor for this address and geometry, also
+    kept on t (callers that know t's geometry skip asking the tensor)."""
+    key = (dev, offset, shape, strides, dtype)
     desc = rt.desc_cache.get(key)
     if desc is None:
-        desc = rt.desc(dev, key[2], key[3], key[4], key[1])
+        desc = rt.desc(dev, shape, strides, dtype, offset)
         if len(rt.desc_cache) > 8192:
             rt.desc_cache.clear()
         rt.desc_cache[key] = desc
+    d = t.__dict__
     d["_d"] = desc
     d["_dd"] = dev
     return desc
@@ -1003,18 +988,10 @@ def _after_host_write(t: XPUTensor, h: torch.Tensor) -> None:
     us = h.untyped_storage()
     st.host = torch.empty(0, dtype=torch.uint8).set_(us)
     st.typed = None
-    _drop_device(st)
+    st.drop_device()
     st.nbytes = us.nbytes()
     st.host_valid = True
     set_geometry(t, tuple(h.shape), h.stride(), h.storage_offset())
-
-
-def _drop_device(st: Storage) -> None:
-    if st.mapped:
-        st.chip.runtime.unmap(st.dev)
-    elif st.dev:
-        st.chip.allocator.release(st.dev, st.dev_size)
-    st.dev, st.dev_size, st.mapped, st.dev_valid = 0, 0, False, False
 
 
 def _wrap_results(chip, result, host_to_xpu, storages):
@@ -1070,7 +1047,7 @@ _VIEW_GEOMETRY: dict = {}
 def _view_geometry(func, base, args, kwargs):
     """Geometry of func's result(s) on `base`, from PyTorch's meta kernel."""
     key = (func, tuple(base.shape), base.stride(), base.storage_offset(), base.dtype, base._st.nbytes,
-           tuple(_mkey(a) for a in args[1:]), tuple(sorted((k, _mkey(v)) for k, v in kwargs.items())))
+           tuple(_arg_key(a) for a in args[1:]), tuple(sorted((k, _arg_key(v)) for k, v in kwargs.items())))
     got = _VIEW_GEOMETRY.get(key)
     if got is None:
         mstorage = torch.UntypedStorage(base._st.nbytes, device="meta")
@@ -1170,7 +1147,7 @@ def _resize(func, args, kwargs):
         if old:
             host[:old].copy_(st.host)
         st.host, st.typed = host, None
-        _drop_device(st)
+        st.drop_device()
         st.nbytes = need
         st.host_valid = True
     set_geometry(self, tuple(size), tuple(strides), self.storage_offset())
