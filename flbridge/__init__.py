@@ -29,7 +29,7 @@ def init() -> list:
     """Registers the `fl` device and loads every discovered chip (once per
     process; later calls return the same chips).  Specs come from
     FLBRIDGE_DEVICE_DIR, else the packaged device_specs/."""
-    from . import backend as devmod, config, router  # noqa: F401 - router installs __torch_dispatch__
+    from . import backend as devmod, config  # noqa: F401 - backend installs __torch_dispatch__
     from .chip import Chip
     from .registry import check_unique, discover, load_spec
     from .runtime import init_runtime, load_runtime
@@ -78,12 +78,12 @@ def torch_device(spec_name: str) -> torch.device:
 def device(spec_name="xpu"):
     """Context: make a chip current and the default device; 'xpu' and
     'xpu:<name>' strings work wherever torch takes a device."""
-    from .backend import device as _d
+    from .context import device as _d
     return _d(spec_name)
 
 
 def wrap(model, device=None):
-    from .backend import wrap as _w
+    from .context import wrap as _w
     return _w(model, device)
 
 
@@ -110,6 +110,6 @@ def __getattr__(name):
         from .tensor import XPUTensor
         return XPUTensor
     if name == "FallbackWarning":
-        from .router import FallbackWarning
+        from .reasons import FallbackWarning
         return FallbackWarning
     raise AttributeError(f"module 'flbridge' has no attribute {name!r}")

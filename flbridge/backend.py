@@ -1,6 +1,6 @@
-"""The `fl` PyTorch device: PrivateUse1 registration in pure Python, the
-`torch.fl` device module, chip lookup, `flbridge.device(...)` contexts and
-`flbridge.wrap(...)`.
+"""The `fl` PyTorch device: PrivateUse1 registration in pure Python and the
+`torch.fl` device module.  (Chip lookup is in flbridge.devices, the
+`flbridge.device(...)` context and `flbridge.wrap(...)` in flbridge.context.)
 
 Facts this relies on (torch 2.13): `_setup_privateuseone_for_python_backend`
 renames PrivateUse1 and installs a Python device guard (without it, backward
@@ -11,70 +11,17 @@ backward would look for a per-device queue that does not exist for fl:1+).
 """
 from __future__ import annotations
 
-import contextlib
-import threading
 import types
 
 import torch
-from torch.overrides import TorchFunctionMode
-from torch.utils._device import _device_constructors
 
+from . import crossings, dispatch, metaops  # noqa: F401 - dispatch installs XPUTensor.__torch_dispatch__
 from .adapter import dense_strides
+from .devices import _STATE, _TLS, chip_for, chips, current_device, set_device, torch_device  # noqa: F401
 from .errors import FlbridgeError
 from .tensor import XPUTensor, new_tensor
 
-_STATE = types.SimpleNamespace(registered=False, chips=[], by_type={}, library=None)
-_TLS = threading.local()
-
-
-# ------------------------------------------------------------------ chips
-
-def chips() -> list:
-    return list(_STATE.chips)
-
-
-def chip_for(device) -> "Chip":  # noqa: F821
-    """The chip for a torch.device('fl', i), an index, or a spec name ('xpu:x1')."""
-    if not _STATE.chips:
-        raise FlbridgeError("no fl devices: call flbridge.init() first (and check FLBRIDGE_DEVICE_DIR "
-                            "if it found no device specs)")
-    if isinstance(device, str) and device.startswith("xpu"):
-        if device in ("xpu",):
-            return _STATE.chips[current_device()]
-        if device in _STATE.by_type:
-            return _STATE.by_type[device]
-        rest = device[4:]
-        if rest.isdigit():
-            return chip_for(int(rest))
-        raise FlbridgeError(f"unknown device {device!r}; registered chips: "
-                            + ", ".join(f"{c.device_type} (fl:{c.index})" for c in _STATE.chips))
-    if isinstance(device, int):
-        idx = device
-    else:
-        d = torch.device(device)
-        if d.type != "fl":
-            raise FlbridgeError(f"{d} is not an fl device")
-        idx = current_device() if d.index is None else d.index
-    if not 0 <= idx < len(_STATE.chips):
-        raise FlbridgeError(f"fl:{idx} does not exist ({len(_STATE.chips)} fl devices: "
-                            + ", ".join(f"fl:{c.index}={c.device_type}" for c in _STATE.chips) + ")")
-    return _STATE.chips[idx]
-
-
-def torch_device(spec_name: str) -> torch.device:
-    """flbridge.torch_device("xpu:x1") -> torch.device("fl", i)."""
-    return chip_for(spec_name).device
-
-
 # ------------------------------------------------------------- torch.fl
-
-def current_device() -> int:
-    return getattr(_TLS, "current", 0)
-
-
-def set_device(device) -> None:
-    _TLS.current = chip_for(device).index if not isinstance(device, int) else chip_for(device).index
-
 
 class _DeviceProperties:
     def __init__(self, chip):
@@ -267,17 +214,15 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
 
 
 def _copy_from(self, dst, non_blocking=False):
-    from .router import _copy_
-    return _copy_(torch.ops.aten.copy_.default, (dst, self), {})
+    return crossings.copy_(torch.ops.aten.copy_.default, (dst, self), {})
 
 
 def _copy_from_and_resize(self, dst):
-    from .router import _copy_, _resize
     if tuple(dst.shape) != tuple(self.shape) and type(dst) is XPUTensor:
-        _resize(torch.ops.aten.resize_.default, (dst, list(self.shape)), {})
+        metaops.resize_(torch.ops.aten.resize_.default, (dst, list(self.shape)), {})
     elif tuple(dst.shape) != tuple(self.shape):
         dst.resize_(self.shape)
-    return _copy_(torch.ops.aten.copy_.default, (dst, self), {})
+    return crossings.copy_(torch.ops.aten.copy_.default, (dst, self), {})
 
 
 def register() -> None:
@@ -306,92 +251,3 @@ def register() -> None:
     if XPUTensor not in _opt._foreach_supported_types:
         _opt._foreach_supported_types.append(XPUTensor)
     _STATE.registered = True
-
-
-# ------------------------------------------------------ device contexts
-
-class _XpuMode(TorchFunctionMode):
-    """Inside `flbridge.device(...)`: 'xpu', 'xpu:<name>' and 'fl' without an
-    index mean the context's chip; factories without a device land there."""
-
-    def __init__(self, chip):
-        super().__init__()
-        self.chip = chip
-        self.device = chip.device
-
-    def _map(self, v):
-        if isinstance(v, str):
-            if v == "xpu" or v.startswith("xpu:") or v == "fl":
-                return self.device if v in ("xpu", "fl") else chip_for(v).device
-            return v
-        if isinstance(v, torch.device):
-            if v.type == "xpu":
-                return self.device if v.index is None else chip_for(v.index).device
-            if v.type == "fl" and v.index is None:
-                return self.device
-        return v
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.device:
-            # torch.device("xpu:x1") / torch.device("xpu") / torch.device("xpu", 2)
-            if len(args) == 1 and not kwargs and isinstance(args[0], str):
-                return self._map(args[0]) if isinstance(self._map(args[0]), torch.device) else func(*args)
-            if len(args) == 2 and args[0] == "xpu":
-                return chip_for(args[1]).device
-            return func(*args, **kwargs)
-        if "device" in kwargs:
-            kwargs["device"] = self._map(kwargs["device"])
-        elif func in _device_constructors() and func is not torch.device:
-            kwargs["device"] = self.device
-        args = tuple(self._map(a) if isinstance(a, (str, torch.device)) else a for a in args)
-        return func(*args, **kwargs)
-
-
-@contextlib.contextmanager
-def device(spec_name="xpu"):
-    """with flbridge.device("xpu:x1") as dev: ...  (thread-local, nestable)"""
-    chip = chip_for(spec_name) if not isinstance(spec_name, torch.device) else chip_for(spec_name)
-    prev = current_device()
-    _TLS.current = chip.index
-    torch._C._set_multithreading_enabled(False)
-    try:
-        with _XpuMode(chip):
-            yield chip.device
-    finally:
-        _TLS.current = prev
-
-
-def _resolve(device) -> torch.device:
-    if device is None:
-        return chip_for(current_device()).device
-    if isinstance(device, str) and device.startswith("xpu"):
-        return chip_for(device).device
-    return chip_for(torch.device(device) if not isinstance(device, int) else device).device
-
-
-def wrap(model: torch.nn.Module, device=None) -> torch.nn.Module:
-    """Places model's parameters and buffers on the chip (lazily: bytes move
-    when a kernel first needs them) and moves CPU tensor inputs of forward()
-    to the chip.  Returns the same module."""
-    dev = _resolve(device)
-    model.to(dev)
-
-    def move(x):
-        if isinstance(x, torch.Tensor) and x.device.type == "cpu":
-            return x.to(dev)
-        if isinstance(x, (list, tuple)):
-            return type(x)(move(v) for v in x)
-        if isinstance(x, dict):
-            return {k: move(v) for k, v in x.items()}
-        return x
-
-    def pre_hook(module, args, kwargs):
-        return move(args), move(kwargs)
-
-    old = getattr(model, "_flbridge_hook", None)
-    if old is not None:
-        old.remove()
-    model._flbridge_hook = model.register_forward_pre_hook(pre_hook, with_kwargs=True)
-    model._flbridge_device = dev
-    return model

@@ -19,7 +19,7 @@ class Chip:
         self.device = torch.device("fl", index)
         self.allocator = DeviceAllocator(self)
         self.stats = ChipStats()
-        self.routes: dict = {}            # OpOverload -> router.OpRoute
+        self.routes: dict = {}            # OpOverload -> route.OpRoute
         self.warned: set = set()          # (op, reason) already warned about
         self.reported_errors: set = set()
         self.generator = torch.Generator()  # this chip's RNG (random ops run on the host)

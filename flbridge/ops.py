@@ -152,6 +152,12 @@ def resolve_name(name: str) -> Resolved:
     return Resolved(op, qn)
 
 
+# ops whose written argument's old contents are not read (a write that
+# covers the whole storage need not fetch the old bytes first)
+WRITE_ONLY = frozenset({torch.ops.aten.copy_.default, torch.ops.aten.fill_.Scalar,
+                        torch.ops.aten.fill_.Tensor, torch.ops.aten.zero_.default})
+
+
 # ------------------------------------------------------------ schema facts
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from .residency import Storage
 class XPUTensor(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl
 
-    # set by router (import cycle): __torch_dispatch__ = classmethod(router.dispatch)
+    # __torch_dispatch__ is installed by flbridge.dispatch (which imports this module)
 
     def __repr__(self, *, tensor_contents=None):
         # PyTorch's own formatting (device, dtype, grad_fn suffixes) on values
@@ -111,3 +111,24 @@ def host_copy(t: XPUTensor) -> torch.Tensor:
     """A CPU tensor with t's values that does not alias anything of flbridge's."""
     with torch.no_grad():
         return host_view(t).clone()
+
+
+def covers_storage(t: XPUTensor) -> bool:
+    """t is a dense, contiguous tensor spanning its whole storage."""
+    st = t._st
+    return t.storage_offset() == 0 and t.numel() * t.element_size() == st.nbytes and t.is_contiguous()
+
+
+def set_geometry(t: XPUTensor, shape, strides, offset) -> None:
+    """Rewrites t's size/stride/offset in place (PyTorch's own set_ on the
+    wrapper's metadata, run with the meta kernel)."""
+    t.__dict__.pop("_dd", None)
+    src = torch.Tensor._make_wrapper_subclass(XPUTensor, shape, strides=strides, storage_offset=offset,
+                                              dtype=t.dtype, device=t.device)
+    with torch.utils._mode_utils.no_dispatch():
+        prev = torch._C._meta_in_tls_dispatch_include()
+        torch._C._set_meta_in_tls_dispatch_include(True)
+        try:
+            torch.ops.aten.set_.source_Tensor(t, src)
+        finally:
+            torch._C._set_meta_in_tls_dispatch_include(prev)

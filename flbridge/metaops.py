@@ -1,0 +1,130 @@
+"""Metadata ops on fl tensors: views, aliases, in-place views, set_ and
+resize_.  No bytes move: a view is a new wrapper over the same Storage with
+the geometry PyTorch's meta kernel gives (cached per argument key)."""
+from __future__ import annotations
+
+import torch
+
+from .adapter import dense_strides
+from .argkeys import arg_key, to_meta
+from .residency import Storage
+from .route import route
+from .tensor import XPUTensor, _itemsize, new_tensor, set_geometry
+
+aten = torch.ops.aten
+
+
+
+_VIEW_GEOMETRY: dict = {}
+
+
+def view_geometry(func, base, args, kwargs):
+    """Geometry of func's result(s) on `base`, from PyTorch's meta kernel."""
+    key = (func, tuple(base.shape), base.stride(), base.storage_offset(), base.dtype, base._st.nbytes,
+           tuple(arg_key(a) for a in args[1:]), tuple(sorted((k, arg_key(v)) for k, v in kwargs.items())))
+    got = _VIEW_GEOMETRY.get(key)
+    if got is None:
+        mstorage = torch.UntypedStorage(base._st.nbytes, device="meta")
+        m = torch.empty(0, dtype=base.dtype, device="meta").set_(mstorage, base.storage_offset(),
+                                                                 tuple(base.shape), base.stride())
+        res = func(m, *[to_meta(a) for a in args[1:]], **{k: to_meta(v) for k, v in kwargs.items()})
+        many = isinstance(res, (list, tuple))
+        rs = res if many else (res,)
+        got = (many, tuple((tuple(r.shape), r.stride(), r.storage_offset(), r.dtype) for r in rs))
+        if len(_VIEW_GEOMETRY) > 8192:
+            _VIEW_GEOMETRY.clear()
+        _VIEW_GEOMETRY[key] = got
+    return got
+
+
+def view(func, args, kwargs):
+    base = args[0]
+    if type(base) is not XPUTensor:
+        return route(func, args, kwargs)
+    many, geos = view_geometry(func, base, args, kwargs)
+    chip, st = base._st.chip, base._st
+    outs = []
+    for shape, stride, offset, dtype in geos:
+        numel, span = 1, 1
+        for d, sd in zip(shape, stride):
+            numel *= d
+            span += (d - 1) * sd
+        need = (offset + span) * _itemsize(dtype) if numel else 0
+        if need > st.nbytes:
+            raise RuntimeError(f"setStorage: sizes {list(shape)}, strides {list(stride)}, storage offset {offset}, "
+                               f"and itemsize {_itemsize(dtype)} requiring a storage size of {need} are out of "
+                               f"bounds for storage of size {st.nbytes}")
+        t = new_tensor(chip, shape, stride, dtype, storage=st, offset=offset)
+        torch._functionalize_unsafe_set(t, base)
+        outs.append(t)
+    return outs if many else outs[0]
+
+
+def alias(func, args, kwargs):
+    """detach / alias: same geometry, same storage."""
+    base = args[0]
+    t = new_tensor(base._st.chip, tuple(base.shape), base.stride(), base.dtype, storage=base._st,
+                   offset=base.storage_offset())
+    torch._functionalize_unsafe_set(t, base)
+    return t
+
+
+def inplace_view(func, args, kwargs):
+    """t_(), transpose_(), as_strided_(), ...: rewrite the wrapper's own
+    metadata with the meta kernel."""
+    args[0].__dict__.pop("_dd", None)
+    with torch.utils._mode_utils.no_dispatch():
+        prev = torch._C._meta_in_tls_dispatch_include()
+        torch._C._set_meta_in_tls_dispatch_include(True)
+        try:
+            func(*args, **kwargs)
+        finally:
+            torch._C._set_meta_in_tls_dispatch_include(prev)
+    return args[0]
+
+
+def set_(func, args, kwargs):
+    self = args[0]
+    if func is aten.set_.source_Tensor:
+        src = args[1] if len(args) > 1 else kwargs["source"]
+        if type(src) is not XPUTensor or src._st.chip is not self._st.chip:
+            raise RuntimeError(f"set_: source must be on {self.device}, got {src.device}")
+        self._st = src._st
+        set_geometry(self, tuple(src.shape), src.stride(), src.storage_offset())
+        return self
+    if func is aten.set_.default:
+        self._st = Storage(self._st.chip, 0)
+        set_geometry(self, (0,), (1,), 0)
+        return self
+    raise NotImplementedError(f"flbridge: {func} on an fl tensor (set_ to a storage object) is not "
+                              f"supported; use set_(other_fl_tensor)")
+
+
+def resize_(func, args, kwargs):
+    self, size = args[0], [int(s) for s in args[1]]
+    memory_format = kwargs.get("memory_format") or (args[2] if len(args) > 2 else None)
+    if memory_format is not None and memory_format != torch.contiguous_format:
+        strides = torch.empty(size, device="meta", memory_format=memory_format).stride()
+    else:
+        strides = dense_strides(size)
+    numel = 1
+    for s in size:
+        numel *= s
+    need = (self.storage_offset() + (1 + sum((s - 1) * st for s, st in zip(size, strides)) if numel else 0)) \
+        * self.element_size()
+    st = self._st
+    if need > st.nbytes:
+        # grow the shared storage in place, keeping its bytes (PyTorch's resize_)
+        old = st.nbytes
+        st.ensure_host()
+        host = torch.empty(need, dtype=torch.uint8)
+        if old:
+            host[:old].copy_(st.host)
+        st.host, st.typed = host, None
+        st.drop_device()
+        st.nbytes = need
+        st.host_valid = True
+    set_geometry(self, tuple(size), tuple(strides), self.storage_offset())
+    return self
+
+
