@@ -20,18 +20,24 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "build"
-CORE = ["common/simcore.c", "common/simkernels.c"]
-CORE_HEADERS = ["common/simcore.h", "common/simkernels.h"]
+CORE = ["common/simcore.c", "common/simkernels.c", "common/simblas.c"]
+CORE_HEADERS = ["common/simcore.h", "common/simkernels.h", "common/simblas.h"]
+
+# each chip's collectives library (x1_ccl.h, th1_ccl.h) ships inside its runtime library
+X1_CCL = ["x1/x1_ccl.c", "common/sim_ccl.c"]
+TH1_CCL = ["th1/th1_ccl.c", "common/sim_ccl.c"]
 
 # name -> (sources, header, defines)
 LIBRARIES = {
-    "libx1sim.so": (["x1/x1_runtime.c"], "x1/x1_runtime.h", ["-DX1_SIM_REVISION=1"]),
-    "libx1v2sim.so": (["x1/x1_runtime.c"], "x1/x1_runtime.h", ["-DX1_SIM_REVISION=2"]),
-    "libth1sim.so": (["th1/th1_runtime.c"], "th1/th1_runtime.h", []),
+    "libx1sim.so": (["x1/x1_runtime.c"] + X1_CCL, "x1/x1_runtime.h", ["-DX1_SIM_REVISION=1"]),
+    "libx1v2sim.so": (["x1/x1_runtime.c"] + X1_CCL, "x1/x1_runtime.h", ["-DX1_SIM_REVISION=2"]),
+    "libth1sim.so": (["th1/th1_runtime.c"] + TH1_CCL, "th1/th1_runtime.h", []),
 }
 SELFTESTS = {
     "selftest_x1": (["x1/x1_runtime.c", "tests/selftest_x1.c"], ["-DX1_SIM_REVISION=2"]),
     "selftest_th1": (["th1/th1_runtime.c", "tests/selftest_th1.c"], []),
+    "selftest_x1_ccl": (["x1/x1_runtime.c"] + X1_CCL + ["tests/selftest_x1_ccl.c"], ["-DX1_SIM_REVISION=2"]),
+    "selftest_th1_ccl": (["th1/th1_runtime.c"] + TH1_CCL + ["tests/selftest_th1_ccl.c"], []),
 }
 WARN = ["-Wall", "-Wextra", "-Werror=implicit-function-declaration"]
 
@@ -93,6 +99,7 @@ def build(out: Path = DEFAULT_OUT, force: bool = False, verbose: bool = False) -
     for name, (srcs, header, defines) in LIBRARIES.items():
         target = out / name
         inputs = [HERE / s for s in CORE + CORE_HEADERS + srcs + [header]] + [Path(__file__)]
+        inputs += [p.with_suffix(".h") for p in inputs if p.suffix == ".c" and p.with_suffix(".h").exists()]
         if force or _stale(target, inputs):
             flags = flags or opt_flags(cc)
             cmd = (cc + flags + WARN + ["-std=c11", "-fPIC", "-shared", "-fvisibility=hidden",

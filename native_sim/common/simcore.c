@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define GRANULE 256u        /* capacity is charged in units of this */
 #define GUARD 4096u         /* unmapped gap between two allocations */
@@ -61,6 +62,9 @@ static struct {
     int n_kernels;
     fault_rule faults[MAX_FAULTS];
     int n_faults;
+    char corrupt[SIM_KERNEL_NAME_LEN]; /* debug: this kernel's output is perturbed */
+    uint64_t corruptions;
+    uint64_t device_ns;                /* device time of every kernel and copy since reset */
 } G = {.chip = "sim", .env_prefix = "SIM", .va_base = 0x00A0000000000000ull,
        .default_capacity = 1ull << 30};
 
@@ -167,6 +171,10 @@ sim_status sim_init(uint64_t capacity) {
     G.faults_injected = 0;
     G.n_kernels = 0;
     G.n_faults = 0;
+    G.device_ns = 0;
+    G.corruptions = 0;
+    const char *corrupt = env_get("CORRUPT");
+    snprintf(G.corrupt, sizeof G.corrupt, "%s", corrupt ? corrupt : "");
     const char *faults = env_get("FAULTS");
     if (faults) {
         sim_status st = parse_faults_locked(faults, "init");
@@ -255,10 +263,70 @@ static sim_status fault_check_locked(const char *name, const char *fn) {
     return SIM_OK;
 }
 
+/* ---------------------------------------------------------- device timer */
+
+/* A device operation's time runs from its launch (after the arguments were
+ * validated) to the end of the runtime call that launched it: sim_op_done(),
+ * which each runtime's status conversion calls on the way out.  Per thread,
+ * like a stream; a call that launches several kernels is timed from the first. */
+static __thread uint64_t tl_t0, tl_last_ns;
+static __thread int tl_open, tl_corrupt_pending;
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void timer_start(void) {
+    if (!tl_open) {
+        tl_open = 1;
+        tl_t0 = now_ns();
+    }
+}
+
+void sim_op_done(void) {
+    tl_corrupt_pending = 0;
+    if (!tl_open) return;
+    tl_open = 0;
+    tl_last_ns = now_ns() - tl_t0;
+    __atomic_add_fetch(&G.device_ns, tl_last_ns, __ATOMIC_RELAXED);
+}
+
+uint64_t sim_last_op_ns(void) {
+    sim_op_done();
+    return tl_last_ns;
+}
+
+uint64_t sim_device_ns_total(void) { return __atomic_load_n(&G.device_ns, __ATOMIC_RELAXED); }
+
+/* ------------------------------------------------------ debug: corruption */
+
+sim_status sim_set_corrupt(const char *kernel) {
+    if (kernel && strlen(kernel) >= SIM_KERNEL_NAME_LEN)
+        return sim_fail(SIM_E_INVALID_VALUE, "set_corrupt", "kernel name '%s' is longer than %d characters",
+                        kernel, SIM_KERNEL_NAME_LEN - 1);
+    pthread_mutex_lock(&MU);
+    snprintf(G.corrupt, sizeof G.corrupt, "%s", kernel ? kernel : "");
+    pthread_mutex_unlock(&MU);
+    return SIM_OK;
+}
+
+void sim_corrupt_output(const sim_view *v) {
+    if (!tl_corrupt_pending || !v || !v->present || sim_numel(v) == 0) return;
+    tl_corrupt_pending = 0; /* the first output written, once per launch */
+    sim_store(v->base, v->dtype, sim_load(v->base, v->dtype) + 1.0);
+    __atomic_add_fetch(&G.corruptions, 1, __ATOMIC_RELAXED);
+}
+
+uint64_t sim_corruptions(void) { return __atomic_load_n(&G.corruptions, __ATOMIC_RELAXED); }
+
 sim_status sim_launch(const char *kernel, const char *fn) {
     pthread_mutex_lock(&MU);
     sim_status st = fault_check_locked(kernel, fn);
     if (st == SIM_OK) {
+        timer_start();
+        if (G.corrupt[0] && strcmp(G.corrupt, kernel) == 0) tl_corrupt_pending = 1;
         G.ctr.kernel_launches++;
         int i;
         for (i = 0; i < G.n_kernels; i++)
@@ -290,6 +358,7 @@ void sim_reset_counters(void) {
     G.ctr.peak_bytes = live;
     G.ctr.live_mapped_bytes = live_mapped;
     for (int i = 0; i < G.n_kernels; i++) G.kernels[i].count = 0;
+    G.device_ns = 0;
     pthread_mutex_unlock(&MU);
 }
 
@@ -437,6 +506,7 @@ sim_status sim_map(const void *host, uint64_t nbytes, uint64_t *out, const char 
     st = fault_check_locked("mem_map", fn);
     if (!st) st = insert_locked(nbytes, 0, (char *)host, 1, out, fn);
     if (!st) {
+        timer_start();
         G.ctr.map_calls++;
         G.ctr.mapped_bytes += nbytes;
         G.ctr.live_mapped_bytes += nbytes;
@@ -487,6 +557,7 @@ sim_status sim_h2d(uint64_t dst, const void *src, uint64_t n, const char *fn) {
     st = fault_check_locked("memcpy_h2d", fn);
     if (!st) st = resolve_locked(dst, n, &d, fn, "destination");
     if (!st) {
+        timer_start();
         memcpy(d, src, n);
         G.ctr.h2d_calls++;
         G.ctr.h2d_bytes += n;
@@ -504,6 +575,7 @@ sim_status sim_d2h(void *dst, uint64_t src, uint64_t n, const char *fn) {
     st = fault_check_locked("memcpy_d2h", fn);
     if (!st) st = resolve_locked(src, n, &s, fn, "source");
     if (!st) {
+        timer_start();
         memcpy(dst, s, n);
         G.ctr.d2h_calls++;
         G.ctr.d2h_bytes += n;
@@ -521,6 +593,7 @@ sim_status sim_d2d(uint64_t dst, uint64_t src, uint64_t n, const char *fn) {
     if (!st) st = resolve_locked(src, n, &s, fn, "source");
     if (!st) st = resolve_locked(dst, n, &d, fn, "destination");
     if (!st) {
+        timer_start();
         memmove(d, s, n);
         G.ctr.d2d_calls++;
         G.ctr.d2d_bytes += n;
@@ -546,6 +619,7 @@ sim_status sim_h2d_batch(const uint64_t *dst, const void *const *src, const size
         else st = resolve_locked(dst[i], n[i], &d, fn, what);
     }
     if (!st) {
+        timer_start();
         uint64_t total = 0;
         for (size_t i = 0; i < count; i++) {
             char *d = NULL;

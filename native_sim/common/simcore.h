@@ -118,4 +118,15 @@ SIM_HIDDEN void sim_store(char *p, sim_dtype dt, double v);
 SIM_HIDDEN float *sim_gather(const sim_view *v); /* malloc'd; NULL on OOM */
 SIM_HIDDEN void sim_scatter(const float *src, const sim_view *v);
 
+/* ---- device timer: a kernel or copy, from its launch to the end of its runtime call ---- */
+SIM_HIDDEN void sim_op_done(void);           /* each runtime's status conversion calls it on return */
+SIM_HIDDEN uint64_t sim_last_op_ns(void);    /* the calling thread's last kernel or copy */
+SIM_HIDDEN uint64_t sim_device_ns_total(void); /* every kernel and copy since init/reset */
+
+/* ---- debug: perturb one kernel's output (autocompare tests) ---- */
+SIM_HIDDEN sim_status sim_set_corrupt(const char *kernel); /* "" or NULL: off */
+/* Adds 1 to the first element of v if the running launch is of the corrupt kernel (once per launch). */
+SIM_HIDDEN void sim_corrupt_output(const sim_view *v);
+SIM_HIDDEN uint64_t sim_corruptions(void);
+
 #endif

@@ -9,11 +9,28 @@
 
 #include "simcore.h"
 
-typedef enum { SIMK_ADD, SIMK_SUB, SIMK_MUL, SIMK_DIV } simk_binop;
+typedef enum {
+    /* arithmetic: operands and result share one dtype */
+    SIMK_ADD, SIMK_SUB, SIMK_MUL, SIMK_DIV, SIMK_POW, SIMK_MAXIMUM, SIMK_MINIMUM,
+    /* comparisons: operands share one dtype, the result is bool */
+    SIMK_EQ, SIMK_NE, SIMK_LT, SIMK_LE, SIMK_GT, SIMK_GE,
+    /* bitwise (logical on bool): bool or integer operands and result */
+    SIMK_BITAND, SIMK_BITOR, SIMK_BITXOR
+} simk_binop;
 typedef enum {
     SIMK_RELU, SIMK_GELU, SIMK_GELU_TANH, SIMK_SIGMOID, SIMK_TANH, SIMK_EXP, SIMK_NEG,
-    SIMK_SQRT, SIMK_RSQRT
+    SIMK_SQRT, SIMK_RSQRT, SIMK_LOG, SIMK_COS, SIMK_SIN, SIMK_ABS, SIMK_RECIPROCAL, SIMK_SILU,
+    SIMK_BITNOT
 } simk_unop;
+/* gradient of a pointwise op: from the op's input x, or (the *_Y ones) from its output y */
+typedef enum {
+    SIMK_GRAD_GELU, SIMK_GRAD_GELU_TANH, SIMK_GRAD_THRESHOLD, SIMK_GRAD_SIGMOID_Y,
+    SIMK_GRAD_TANH_Y
+} simk_gradop;
+/* softmax flags */
+#define SIMK_SOFTMAX_LOG 1u     /* log-softmax */
+#define SIMK_SOFTMAX_SAFE 2u    /* a row that is entirely -inf gives zeros, not NaN */
+#define SIMK_SOFTMAX_GENERIC 4u /* the vendor's generic path: recomputes exp and divides */
 
 /* Functions taking `kernel` validate, then count the launch under that name
  * (sim_launch, which may inject a fault), then compute. */
@@ -24,9 +41,46 @@ SIM_HIDDEN sim_status simk_check_same(const char *fn, const char *what, const si
 SIM_HIDDEN sim_status simk_check_dtype_in(const char *fn, const char *what, const sim_view *v,
                                           const sim_dtype *allowed, int n);
 
-SIM_HIDDEN void simk_binary(simk_binop op, const sim_view *a, const sim_view *b, double alpha,
-                            const sim_view *out);
-SIM_HIDDEN void simk_unary(simk_unop op, const sim_view *a, const sim_view *out);
+/* Elementwise.  Every tensor operand has the output's shape (broadcast inputs
+ * come expanded with stride 0).  Floating dtypes compute in float and store
+ * rounded once; integer dtypes compute exactly in int64 (wrapping like C
+ * unsigned arithmetic) and bool as 0/1.  Operands may alias the output. */
+SIM_HIDDEN sim_status simk_binary(const char *fn, const char *kernel, simk_binop op, const sim_view *a,
+                                  const sim_view *b, double alpha, const sim_view *out);
+SIM_HIDDEN sim_status simk_unary(const char *fn, const char *kernel, simk_unop op, const sim_view *a,
+                                 const sim_view *out);
+/* out = a ** exponent (floating dtypes; PyTorch's exact cases for 0.5, 2, 3, -0.5, -1, -2) */
+SIM_HIDDEN sim_status simk_pow_scalar(const char *fn, const char *kernel, const sim_view *a,
+                                      double exponent, const sim_view *out);
+/* out = a / divisor (floating dtypes; a true division, as PyTorch's, not a reciprocal multiply) */
+SIM_HIDDEN sim_status simk_div_scalar(const char *fn, const char *kernel, const sim_view *a, double divisor,
+                                      const sim_view *out);
+/* out = self + value * t1 * t2 (div = 0) or self + value * t1 / t2 (div = 1) */
+SIM_HIDDEN sim_status simk_addc(const char *fn, const char *kernel, int div, const sim_view *self,
+                                const sim_view *t1, const sim_view *t2, double value,
+                                const sim_view *out);
+/* out = self + weight * (end - self), PyTorch's two-sided formula */
+SIM_HIDDEN sim_status simk_lerp(const char *fn, const char *kernel, const sim_view *self,
+                                const sim_view *end, double weight, const sim_view *out);
+/* out = cond ? a : b (cond bool, any dtype for a, b, out) */
+SIM_HIDDEN sim_status simk_where(const char *fn, const char *kernel, const sim_view *cond,
+                                 const sim_view *a, const sim_view *b, const sim_view *out);
+/* out = mask ? value : self (mask bool) */
+SIM_HIDDEN sim_status simk_masked_fill(const char *fn, const char *kernel, const sim_view *self,
+                                       const sim_view *mask, double value, const sim_view *out);
+/* out = grad * d op/dx, floating dtypes; `param` is the threshold of THRESHOLD */
+SIM_HIDDEN sim_status simk_pointwise_grad(const char *fn, const char *kernel, simk_gradop op,
+                                          const sim_view *grad, const sim_view *x, double param,
+                                          const sim_view *out);
+/* out[i] = start + i * step (1-D out; its length must be the count PyTorch's arange gives) */
+SIM_HIDDEN sim_status simk_arange(const char *fn, const char *kernel, double start, double end,
+                                  double step, const sim_view *out);
+/* out = zeros with grad copied into out.select(dim, index) (select's gradient) */
+SIM_HIDDEN sim_status simk_select_backward(const char *fn, const char *kernel, const sim_view *grad, int64_t dim,
+                                           int64_t index, const sim_view *out);
+/* concatenation along dim; 1-D empty inputs are skipped, as in PyTorch */
+SIM_HIDDEN sim_status simk_cat(const char *fn, const char *kernel, const sim_view *inputs, int n,
+                               int64_t dim, const sim_view *out);
 
 /* out[b] = beta*bias + alpha * a[b] @ m[b]; 2-D or 3-D (batched); bias may be absent */
 SIM_HIDDEN sim_status simk_gemm(const char *fn, const char *kernel, const sim_view *a, const sim_view *m,
@@ -51,6 +105,23 @@ SIM_HIDDEN sim_status simk_avg_pool2d_nhwc(const char *fn, const char *kernel, c
                                            const sim_view *out);
 SIM_HIDDEN sim_status simk_adaptive_avg_pool2d_nhwc(const char *fn, const char *kernel, const sim_view *in,
                                                     const sim_view *out);
+/* Gradients of the NHWC convolution: dx [N,H,W,C], dw [O,KH,KW,C/g], db [O]; a
+ * result whose view is absent (present == 0) is not computed. */
+SIM_HIDDEN sim_status simk_conv2d_backward_nhwc(const char *fn, const char *kernel, const sim_view *dy,
+                                                const sim_view *x, const sim_view *w,
+                                                const int64_t *stride, const int64_t *padding,
+                                                const int64_t *dilation, int64_t groups,
+                                                const sim_view *dx, const sim_view *dw,
+                                                const sim_view *db);
+/* dx [N,H,W,C] from dy and the forward's indices (flat h*W+w per plane), both [N,OH,OW,C] */
+SIM_HIDDEN sim_status simk_max_pool2d_backward_nhwc(const char *fn, const char *kernel, const sim_view *dy,
+                                                    const sim_view *indices, const sim_view *dx);
+SIM_HIDDEN sim_status simk_avg_pool2d_backward_nhwc(const char *fn, const char *kernel, const sim_view *dy,
+                                                    const int64_t *k, const int64_t *stride,
+                                                    const int64_t *pad, int count_include_pad,
+                                                    int64_t divisor_override, const sim_view *dx);
+SIM_HIDDEN sim_status simk_adaptive_avg_pool2d_backward_nhwc(const char *fn, const char *kernel,
+                                                             const sim_view *dy, const sim_view *dx);
 /* out shape of a pool along one dim, PyTorch's rule (ceil_mode included) */
 SIM_HIDDEN int64_t simk_pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d,
                                  int ceil_mode);
@@ -63,15 +134,60 @@ SIM_HIDDEN sim_status simk_layer_norm(const char *fn, const char *kernel, const 
                                       const sim_view *w, const sim_view *b, double eps,
                                       const sim_view *out, const sim_view *mean,
                                       const sim_view *rstd);
+/* The bitmask of the dims a reduction over `dims` (n == 0: every dim; negative
+ * dims count from the end) removes from `in`, after checking out's shape
+ * against keepdim. */
+SIM_HIDDEN sim_status simk_reduce_dims(const char *fn, const sim_view *in, const int64_t *dims, int64_t n,
+                                       int keepdim, const sim_view *out, uint32_t *mask);
 /* sum (or mean) over the dims flagged in `reduce` (a bitmask over in->ndim) */
 SIM_HIDDEN sim_status simk_reduce(const char *fn, const char *kernel, const sim_view *in, uint32_t reduce, int mean,
                                   const sim_view *out);
-/* slow: 0 fused, 1 the generic (slower) path, 2 "safe" (all -inf rows -> 0) */
-SIM_HIDDEN sim_status simk_softmax(const char *fn, const char *kernel, const sim_view *in, int64_t dim, int log,
-                                   int slow, const sim_view *out);
+/* log(sum(exp(x))) over the flagged dims, shifted by the max (an infinite max counts as 0) */
+SIM_HIDDEN sim_status simk_logsumexp(const char *fn, const char *kernel, const sim_view *in, uint32_t reduce,
+                                     const sim_view *out);
+/* variance (divided by count - correction) and mean over the flagged dims */
+SIM_HIDDEN sim_status simk_var_mean(const char *fn, const char *kernel, const sim_view *in, uint32_t reduce,
+                                    double correction, const sim_view *var, const sim_view *mean);
+/* flags: SIMK_SOFTMAX_* */
+SIM_HIDDEN sim_status simk_softmax(const char *fn, const char *kernel, const sim_view *in, int64_t dim,
+                                   unsigned flags, const sim_view *out);
+/* gradient of softmax (log = 0) or log-softmax (log = 1) from the forward's output y */
+SIM_HIDDEN sim_status simk_softmax_backward(const char *fn, const char *kernel, const sim_view *grad,
+                                            const sim_view *y, int64_t dim, int log,
+                                            const sim_view *out);
+/* negative log likelihood of log-probabilities in [N, C] (or [C]); reduction
+ * 0 none, 1 mean, 2 sum; weight may be absent.  Targets outside [0, C) other
+ * than ignore_index are a data error. */
+SIM_HIDDEN sim_status simk_nll_loss(const char *fn, const char *kernel, const sim_view *in,
+                                    const sim_view *target, const sim_view *weight, int64_t reduction,
+                                    int64_t ignore_index, const sim_view *out,
+                                    const sim_view *total_weight);
+SIM_HIDDEN sim_status simk_nll_loss_backward(const char *fn, const char *kernel, const sim_view *grad,
+                                             const sim_view *in, const sim_view *target,
+                                             const sim_view *weight, int64_t reduction,
+                                             int64_t ignore_index, const sim_view *total_weight,
+                                             const sim_view *out);
 SIM_HIDDEN sim_status simk_embedding(const char *fn, const char *kernel, const sim_view *weight,
                                      const sim_view *indices, const sim_view *out);
+/* out [num_weights, D] = rows of grad [..., D] summed by index (padding_idx < 0: none) */
+SIM_HIDDEN sim_status simk_embedding_backward(const char *fn, const char *kernel, const sim_view *grad,
+                                              const sim_view *indices, int64_t num_weights,
+                                              int64_t padding_idx, int scale_grad_by_freq,
+                                              const sim_view *out);
+/* gradients of layer_norm over the last norm_ndim dims; dx, dw, db may be absent */
+SIM_HIDDEN sim_status simk_layer_norm_backward(const char *fn, const char *kernel, const sim_view *dy,
+                                               const sim_view *x, int64_t norm_ndim,
+                                               const sim_view *mean, const sim_view *rstd,
+                                               const sim_view *w, const sim_view *dx,
+                                               const sim_view *dw, const sim_view *db);
 SIM_HIDDEN sim_status simk_copy(const char *fn, const char *kernel, const sim_view *src, const sim_view *dst);
 SIM_HIDDEN void simk_fill(const sim_view *out, double value);
+
+/* dtype classes */
+SIM_HIDDEN int simk_is_float(sim_dtype dt);
+SIM_HIDDEN int simk_is_integer(sim_dtype dt); /* int8/uint8/int32/int64 (not bool) */
+
+/* A view of NCHW (or OIHW) memory as NHWC (OHWI): the same bytes, dims permuted. */
+SIM_HIDDEN sim_view simk_nchw_as_nhwc(const sim_view *v);
 
 #endif

@@ -49,6 +49,187 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+
+/* ------------------------------------------------- training kernels */
+
+#define F X1_FLOAT32
+static x1_devptr_t dev_alloc(size_t n) {
+    x1_devptr_t p = 0;
+    CHECK(x1_malloc(&p, n) == X1_SUCCESS);
+    return p;
+}
+static void get(void *host, x1_devptr_t p, size_t n) { CHECK(x1_memcpy_d2h(host, p, n) == X1_SUCCESS); }
+
+/* Every kernel added for training and transformer inference, on values
+ * whose results are known, and the rejections strict mode turns into aborts. */
+static void training_kernels(void) {
+    float x[8] = {-2, -1, -0.5f, 0, 0.5f, 1, 2, 3}, y[8] = {1, 2, 3, 4, 5, 6, 7, 8}, r[8];
+    int64_t d8[1] = {8}, d24[2] = {2, 4}, d2[1] = {2}, d0[1] = {0};
+    x1_devptr_t px = put(x, 32), py = put(y, 32), po = dev_alloc(32), pb = dev_alloc(8), pb2 = dev_alloc(8);
+    x1_tensor_t tx = desc(px, 1, d8, F), ty = desc(py, 1, d8, F), to = desc(po, 1, d8, F);
+    x1_tensor_t tb = desc(pb, 1, d8, X1_BOOL), tb2 = desc(pb2, 1, d8, X1_BOOL);
+
+    /* arithmetic, comparisons, logic */
+    CHECK(x1_pow(&ty, &ty, &to) == X1_SUCCESS);
+    get(r, po, 32);
+    CHECK(r[2] == 27.0f);
+    CHECK(x1_pow_scalar(&ty, 2.0, &to) == X1_SUCCESS);
+    get(r, po, 32);
+    CHECK(r[7] == 64.0f);
+    CHECK(x1_maximum(&tx, &ty, &to) == X1_SUCCESS && x1_minimum(&tx, &ty, &to) == X1_SUCCESS);
+    uint8_t m[8], m2[8];
+    CHECK(x1_eq(&tx, &tx, &tb) == X1_SUCCESS && x1_ne(&tx, &ty, &tb2) == X1_SUCCESS);
+    CHECK(x1_le(&tx, &ty, &tb) == X1_SUCCESS && x1_gt(&tx, &ty, &tb) == X1_SUCCESS);
+    CHECK(x1_ge(&tx, &tx, &tb) == X1_SUCCESS && x1_lt(&tx, &ty, &tb) == X1_SUCCESS);
+    CHECK(x1_bitwise_and(&tb, &tb2, &tb) == X1_SUCCESS && x1_bitwise_or(&tb, &tb2, &tb) == X1_SUCCESS);
+    CHECK(x1_bitwise_xor(&tb, &tb2, &tb) == X1_SUCCESS && x1_bitwise_not(&tb2, &tb2) == X1_SUCCESS);
+    get(m, pb, 8);
+    get(m2, pb2, 8);
+    CHECK(m[3] == 0 && m2[3] == 0);
+    CHECK(x1_eq(&tx, &ty, &to) == X1_ERR_UNSUPPORTED);          /* a comparison writes bool */
+    CHECK(x1_bitwise_or(&tx, &ty, &to) == X1_ERR_UNSUPPORTED);  /* no bitwise on floats */
+    int64_t big[2] = {INT64_MAX, -7}, ri[2];
+    x1_devptr_t pi = put(big, 16), pio = dev_alloc(16);
+    x1_tensor_t ti = desc(pi, 1, d2, X1_INT64), tio = desc(pio, 1, d2, X1_INT64);
+    CHECK(x1_add(&ti, &ti, 3.0, &tio) == X1_SUCCESS);
+    get(ri, pio, 16);
+    CHECK(ri[0] == -4 && ri[1] == -28); /* x + 3x, wrapping: 4 * INT64_MAX = -4 mod 2^64 */
+    CHECK(x1_sub(&ti, &ti, 1.0, &tio) == X1_SUCCESS && x1_mul(&ti, &ti, &tio) == X1_SUCCESS);
+    CHECK(x1_neg(&ti, &tio) == X1_SUCCESS && x1_abs(&ti, &tio) == X1_SUCCESS);
+    CHECK(x1_pow(&ti, &ti, &tio) == X1_ERR_UNSUPPORTED);
+
+    /* unary */
+    CHECK(x1_silu(&tx, &to) == X1_SUCCESS && x1_log(&ty, &to) == X1_SUCCESS);
+    CHECK(x1_reciprocal(&ty, &to) == X1_SUCCESS && x1_cos(&tx, &to) == X1_SUCCESS);
+    CHECK(x1_sin(&tx, &to) == X1_SUCCESS && x1_abs(&tx, &to) == X1_SUCCESS);
+    get(r, po, 32);
+    CHECK(r[0] == 2.0f);
+
+    /* optimizer arithmetic, selection, activation gradients */
+    CHECK(x1_addcmul(&tx, &ty, &ty, 0.5, &to) == X1_SUCCESS);
+    CHECK(x1_addcdiv(&tx, &ty, &ty, -1.0, &to) == X1_SUCCESS);
+    get(r, po, 32);
+    CHECK(r[7] == 2.0f);
+    CHECK(x1_lerp(&tx, &ty, 0.5, &to) == X1_SUCCESS);
+    get(r, po, 32);
+    CHECK(r[3] == 2.0f);
+    CHECK(x1_where(&tb, &tx, &ty, &to) == X1_SUCCESS && x1_masked_fill(&tx, &tb, 7.0, &to) == X1_SUCCESS);
+    CHECK(x1_masked_fill(&tx, &tx, 7.0, &to) == X1_ERR_UNSUPPORTED); /* mask must be bool */
+    CHECK(x1_gelu_backward(&ty, &tx, "none", &to) == X1_SUCCESS && x1_gelu_backward(&ty, &tx, "tanh", &to) == X1_SUCCESS);
+    CHECK(x1_gelu_backward(&ty, &tx, "erf", &to) == X1_ERR_INVALID_VALUE);
+    CHECK(x1_threshold_backward(&ty, &tx, 0.0, &to) == X1_SUCCESS);
+    get(r, po, 32);
+    CHECK(r[3] == 0.0f && r[7] == 8.0f);
+    CHECK(x1_sigmoid_backward(&ty, &tx, &to) == X1_SUCCESS && x1_tanh_backward(&ty, &tx, &to) == X1_SUCCESS);
+
+    /* reductions, softmax family, loss over [2, 4] */
+    int64_t ax1[1] = {1}, d21[2] = {2, 1};
+    x1_devptr_t pv = dev_alloc(8), pmn = dev_alloc(8), ps = dev_alloc(32), pg = dev_alloc(32);
+    x1_tensor_t tx24 = desc(px, 2, d24, F), tv = desc(pv, 1, d2, F), tmn = desc(pmn, 1, d2, F);
+    x1_tensor_t ts = desc(ps, 2, d24, F), tg = desc(pg, 2, d24, F);
+    CHECK(x1_var_mean(&tx24, ax1, 1, 0.0, false, &tv, &tmn) == X1_SUCCESS);
+    get(r, pv, 8);
+    CHECK_NEAR(r[0], 2.1875 / 4, 1e-6); /* biased */
+    CHECK(x1_mean(&tx24, NULL, 0, false, &(x1_tensor_t){.data = pmn, .ndim = 0, .dtype = F}) == X1_SUCCESS);
+    CHECK(x1_logsumexp(&tx24, ax1, 1, false, &tv) == X1_SUCCESS);
+    get(r, pv, 8);
+    CHECK_NEAR(r[0], log(exp(-2.0) + exp(-1.0) + exp(-0.5) + 1.0), 1e-5);
+    CHECK(x1_div_scalar(&tx, -2.0, &to) == X1_SUCCESS);
+    get(r, po, 32);
+    CHECK(r[7] == -1.5f);
+    CHECK(x1_div_scalar(&tb, 2.0, &to) == X1_ERR_UNSUPPORTED);
+    x1_tensor_t tcol = desc(py, 1, d2, F); /* the gradient of x[:, -1] */
+    CHECK(x1_select_backward(&tcol, 0, 1, &tg) == X1_ERR_INVALID_VALUE); /* a row has 4, not 2 */
+    CHECK(x1_select_backward(&tcol, 1, -1, &tg) == X1_SUCCESS);
+    get(r, pg, 32);
+    CHECK(r[3] == 1.0f && r[7] == 2.0f && r[0] == 0.0f);
+    CHECK(x1_log_softmax(&tx24, 1, &ts) == X1_SUCCESS && x1_log_softmax_backward(&tx24, &ts, 1, &tg) == X1_SUCCESS);
+    CHECK(custom_safe_softmax_x1(&tx24, 1, &ts) == X1_SUCCESS && x1_softmax_backward(&tx24, &ts, 1, &tg) == X1_SUCCESS);
+    CHECK(x1_softmax_backward(&tx24, &ts, 2, &tg) == X1_ERR_INVALID_VALUE);
+    int64_t tgt[2] = {3, 0};
+    x1_devptr_t pt = put(tgt, 16), pl = dev_alloc(4), ptw = dev_alloc(4);
+    x1_tensor_t tt = desc(pt, 1, d2, X1_INT64), tl = desc(pl, 0, d0, F), ttw = desc(ptw, 0, d0, F);
+    x1_tensor_t tone = desc(py, 0, d0, F);
+    CHECK(x1_nll_loss_forward(&tx24, &tt, NULL, 2, -100, &tl, &ttw) == X1_SUCCESS);
+    get(r, pl, 4);
+    CHECK(r[0] == -0.5f);
+    CHECK(x1_nll_loss_backward(&tone, &tx24, &tt, NULL, 2, -100, &ttw, &tg) == X1_SUCCESS);
+    get(r, pg, 32);
+    CHECK(r[3] == -1.0f && r[4] == -1.0f && r[5] == 0.0f);
+    CHECK(x1_nll_loss_forward(&tx24, &tt, &tx24, 2, -100, &tl, &ttw) == X1_ERR_INVALID_VALUE); /* weight [C] */
+    tgt[0] = -1;
+    CHECK(x1_memcpy_h2d(pt, tgt, 16) == X1_SUCCESS);
+    CHECK(x1_nll_loss_forward(&tx24, &tt, NULL, 2, -100, &tl, &ttw) == X1_ERR_DATA);
+    CHECK(x1_nll_loss_forward(&tx24, &tt, NULL, 2, -1, &tl, &ttw) == X1_SUCCESS); /* ignored */
+
+    /* embedding gradient, layer norm gradient */
+    int64_t ids[3] = {1, 0, 1}, d3[1] = {3}, d34[2] = {3, 4}, mask[3] = {1, 1, 1}, only_dx[3] = {1, 0, 0};
+    x1_devptr_t pid = put(ids, 24), pe = dev_alloc(48), pdt = dev_alloc(32);
+    x1_tensor_t tid = desc(pid, 1, d3, X1_INT64), te = desc(pe, 2, d34, F), tdt = desc(pdt, 2, d24, F);
+    CHECK(x1_embedding(&tx24, &tid, &te) == X1_SUCCESS);
+    CHECK(x1_embedding_backward(&te, &tid, 2, 0, true, &tdt) == X1_SUCCESS);
+    get(r, pdt, 32);
+    CHECK(r[0] == 0.0f && r[4] == 0.5f); /* row 0 is padding; row 1 twice, scaled by 1/2 */
+    CHECK(x1_embedding_backward(&te, &tid, 3, -1, false, &tdt) == X1_ERR_INVALID_VALUE);
+    int64_t ns[1] = {4}, d4[1] = {4};
+    x1_devptr_t pm = dev_alloc(8), pr = dev_alloc(8), pdw = dev_alloc(16), pdb = dev_alloc(16);
+    x1_tensor_t tm = desc(pm, 2, d21, F), tr = desc(pr, 2, d21, F), tgam = desc(py, 1, d4, F);
+    x1_tensor_t tdw = desc(pdw, 1, d4, F), tdb = desc(pdb, 1, d4, F);
+    CHECK(x1_layer_norm(&tx24, ns, 1, &tgam, NULL, 1e-5, &ts, &tm, &tr) == X1_SUCCESS);
+    CHECK(x1_layer_norm_backward(&tx24, &tx24, ns, 1, &tm, &tr, &tgam, mask, &tg, &tdw, &tdb) == X1_SUCCESS);
+    CHECK(x1_layer_norm_backward(&tx24, &tx24, ns, 1, &tm, &tr, NULL, only_dx, &tg, NULL, NULL) == X1_SUCCESS);
+    CHECK(x1_layer_norm_backward(&tx24, &tx24, ns, 1, &tm, &tr, &tgam, mask, &tg, NULL, &tdb) ==
+          X1_ERR_INVALID_VALUE);
+
+    /* NHWC convolution gradients: x [1, 2, 2, 2], w [2, 1, 1, 2] */
+    int64_t dx4[4] = {1, 2, 2, 2}, dw4[4] = {2, 1, 1, 2}, one[2] = {1, 1}, zero[2] = {0, 0}, three[2] = {3, 3};
+    x1_devptr_t pdx = dev_alloc(32), pdw4 = dev_alloc(16), pdbias = dev_alloc(8);
+    x1_tensor_t tx4 = desc(px, 4, dx4, F), tw4 = desc(py, 4, dw4, F), ty4 = desc(ps, 4, dx4, F);
+    x1_tensor_t tdx = desc(pdx, 4, dx4, F), tdw4 = desc(pdw4, 4, dw4, F), tdbias = desc(pdbias, 1, d2, F);
+    CHECK(x1_conv2d(&tx4, &tw4, NULL, one, zero, one, 1, &ty4) == X1_SUCCESS);
+    CHECK(x1_conv2d_backward(&ty4, &tx4, &tw4, one, zero, one, 1, mask, &tdx, &tdw4, &tdbias) == X1_SUCCESS);
+    get(r, pdbias, 8);
+    CHECK(r[0] == 6.0f && r[1] == 12.0f); /* grad_bias = column sums of dy = y */
+    CHECK(x1_conv2d_backward(&ty4, &tx4, &tw4, three, zero, one, 1, mask, &tdx, &tdw4, &tdbias) ==
+          X1_ERR_UNSUPPORTED);
+    CHECK(x1_conv2d_backward(&ty4, &tx4, &tw4, one, zero, one, 1, mask, NULL, &tdw4, &tdbias) ==
+          X1_ERR_INVALID_VALUE);
+
+    /* NHWC pooling gradients: 2x2 windows over [1, 2, 2, 2] -> [1, 1, 1, 2] */
+    int64_t dp[4] = {1, 1, 1, 2}, two[2] = {2, 2};
+    x1_devptr_t pp = dev_alloc(8), pidx = dev_alloc(16);
+    x1_tensor_t tp = desc(pp, 4, dp, F), tidx = desc(pidx, 4, dp, X1_INT64);
+    CHECK(x1_max_pool2d(&tx4, two, NULL, 0, zero, one, false, &tp, &tidx) == X1_SUCCESS);
+    CHECK(x1_max_pool2d_backward(&tp, &tidx, &tdx) == X1_SUCCESS);
+    get(r, pdx, 32);
+    CHECK(r[6] == 2.0f && r[7] == 3.0f && r[0] == 0.0f);
+    CHECK(x1_avg_pool2d_backward(&tp, two, NULL, 0, zero, false, true, 0, &tdx) == X1_SUCCESS);
+    get(r, pdx, 32);
+    CHECK(r[0] == 0.5f && r[1] == 0.75f);
+    CHECK(x1_avg_pool2d_backward(&tp, two, NULL, 0, one, false, true, 0, &tdx) == X1_ERR_INVALID_VALUE);
+    CHECK(x1_adaptive_avg_pool2d_backward(&tp, &tdx) == X1_SUCCESS);
+
+    /* arange, cat */
+    CHECK(x1_arange(-1.0, 3.0, 0.5, &to) == X1_SUCCESS);
+    get(r, po, 32);
+    CHECK(r[7] == 2.5f);
+    CHECK(x1_arange(0.0, 1.0, 0.0, &to) == X1_ERR_INVALID_VALUE);
+    CHECK(x1_arange(0.0, 8.0, 1.0, &tb) == X1_ERR_UNSUPPORTED);
+    x1_tensor_t part = desc(px, 2, (int64_t[]){1, 4}, F), whole = desc(po, 2, d24, F);
+    const x1_tensor_t *parts[2] = {&part, &part};
+    CHECK(x1_cat(parts, 2, 0, &whole) == X1_SUCCESS);
+    get(r, po, 32);
+    CHECK(r[4] == -2.0f);
+    CHECK(x1_cat(parts, 2, 1, &whole) == X1_ERR_INVALID_VALUE);
+
+    x1_devptr_t all[] = {px, py, po, pb, pb2, pi, pio, pv, pmn, ps, pg, pt, pl, ptw, pid, pe, pdt, pm, pr, pdw,
+                         pdb, pdx, pdw4, pdbias, pp, pidx};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CHECK(x1_free(all[i]) == X1_SUCCESS);
+}
+#undef F
+
+static void test_conv2d_dilation_groups(void);
+
 int main(void) {
     CHECK(x1_malloc(&(x1_devptr_t){0}, 16) == X1_ERR_NOT_INITIALIZED);
     CHECK(x1_init(1 << 24) == X1_SUCCESS);
@@ -176,6 +357,8 @@ int main(void) {
     x1_memcpy_d2h(o, po, sizeof o);
     CHECK_NEAR(o[0] + o[1] + o[2] + o[3], 1.0, 1e-5);
 
+    training_kernels();
+
     /* bad addresses, batch, map, faults, counters */
     CHECK(x1_memcpy_d2d(po, pa, sizeof a) == X1_SUCCESS);
     CHECK(x1_memcpy_h2d(0x42, a, 4) == X1_ERR_INVALID_ADDRESS);
@@ -216,5 +399,61 @@ int main(void) {
     x1_free(pa);
     CHECK(x1_free(pa) == X1_ERR_INVALID_ADDRESS);
     CHECK(x1_shutdown() == X1_SUCCESS);
+    test_conv2d_dilation_groups();
     REPORT("selftest_x1");
+}
+
+/* simk_conv2d_nhwc with what x1_conv2d refuses (dilation, odd strides and
+ * padding) and a strided weight, against a direct loop: the kernel is shared
+ * with chips that may allow them. */
+#include "../common/simkernels.h"
+
+static sim_view host_view(float *p, int ndim, const int64_t *shape, const int64_t *strides) {
+    sim_view v;
+    memset(&v, 0, sizeof v);
+    v.base = (char *)p;
+    v.ndim = ndim;
+    v.dtype = SIM_F32;
+    v.present = 1;
+    for (int i = 0; i < ndim; i++) v.shape[i] = shape[i], v.strides[i] = strides[i];
+    return v;
+}
+
+static void test_conv2d_dilation_groups(void) {
+    enum { N = 2, H = 9, W = 8, C = 6, O = 4, G = 2, KH = 3, KW = 2, CG = C / G };
+    const int64_t stride[2] = {1, 2}, pad[2] = {2, 1}, dil[2] = {2, 3};
+    const int64_t OH = (H + 2 * pad[0] - dil[0] * (KH - 1) - 1) / stride[0] + 1;
+    const int64_t OW = (W + 2 * pad[1] - dil[1] * (KW - 1) - 1) / stride[1] + 1;
+    static float x[N * H * W * C], wbuf[O * KH * KW * (CG + 1)], bias[O], y[N * 16 * 16 * O];
+    for (int i = 0; i < N * H * W * C; i++) x[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
+    for (int i = 0; i < O * KH * KW * (CG + 1); i++) wbuf[i] = (float)((i * 13) % 17) / 8.0f - 1.0f;
+    for (int i = 0; i < O; i++) bias[i] = 0.25f * (float)i;
+    /* the weight's channel rows padded by one element: not one uniform stride */
+    const int64_t xs[4] = {N, H, W, C}, xst[4] = {H * W * C, W * C, C, 1};
+    const int64_t ws[4] = {O, KH, KW, CG}, wst[4] = {KH * KW * (CG + 1), KW * (CG + 1), CG + 1, 1};
+    const int64_t ys[4] = {N, OH, OW, O}, yst[4] = {OH * OW * O, OW * O, O, 1};
+    const int64_t bs[1] = {O}, bst[1] = {1};
+    sim_view xv = host_view(x, 4, xs, xst), wv = host_view(wbuf, 4, ws, wst);
+    sim_view yv = host_view(y, 4, ys, yst), bv = host_view(bias, 1, bs, bst);
+    CHECK(simk_conv2d_nhwc("selftest", "conv2d", &xv, &wv, &bv, stride, pad, dil, G, &yv) == SIM_OK);
+    double worst = 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++)
+                for (int64_t o = 0; o < O; o++) {
+                    int64_t g = o / (O / G);
+                    double acc = bias[o];
+                    for (int64_t kh = 0; kh < KH; kh++)
+                        for (int64_t kw = 0; kw < KW; kw++) {
+                            int64_t ih = oh * stride[0] - pad[0] + kh * dil[0];
+                            int64_t iw = ow * stride[1] - pad[1] + kw * dil[1];
+                            if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                            for (int64_t c = 0; c < CG; c++)
+                                acc += (double)x[((n * H + ih) * W + iw) * C + g * CG + c] *
+                                       wbuf[o * wst[0] + kh * wst[1] + kw * wst[2] + c];
+                        }
+                    double d = fabs(acc - y[((n * OH + oh) * OW + ow) * O + o]);
+                    if (d > worst) worst = d;
+                }
+    CHECK(worst < 1e-4);
 }

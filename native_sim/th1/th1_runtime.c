@@ -8,6 +8,7 @@
 #include "th1_runtime.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../common/simcore.h"
@@ -16,6 +17,7 @@
 static const sim_dtype COMPUTE[] = {SIM_F32, SIM_BF16};
 
 static th1Result_t code(sim_status s) {
+    sim_op_done(); /* every runtime call returns through here: ends the device timer */
     static const th1Result_t map[SIM_E_COUNT] = {
         [SIM_OK] = TH1_SUCCESS,
         [SIM_E_INVALID_VALUE] = TH1_ERROR_INVALID_ARGUMENT,
@@ -145,51 +147,193 @@ TH1API th1Result_t th1DebugInjectFaults(const char *spec) { return code(sim_set_
 
 /* ------------------------------------------------------------- kernels */
 
-static sim_status elementwise2(const char *fn, const char *kernel, simk_binop op,
-                               const th1TensorDesc_t *a, const th1TensorDesc_t *b, float alpha,
+static const sim_dtype ARITH[] = {SIM_F32, SIM_BF16, SIM_I32, SIM_I64};
+static const sim_dtype BITS[] = {SIM_BOOL, SIM_I32, SIM_I64};
+static const sim_dtype ANY[] = {SIM_F32, SIM_BF16, SIM_I32, SIM_I64, SIM_BOOL};
+#define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* a op b -> c; `allowed` are the operand dtypes TH1 computes for this op */
+static sim_status elementwise2(const char *fn, const char *kernel, simk_binop op, const sim_dtype *allowed,
+                               int nallowed, const th1TensorDesc_t *a, const th1TensorDesc_t *b, float alpha,
                                th1TensorDesc_t *c) {
     sim_view av, bv, cv;
     TRY(sim_require_init(fn));
     TRY(view_of(c, &cv, fn, "c", 0));
     TRY(view_of(a, &av, fn, "a", 0));
     TRY(view_of(b, &bv, fn, "b", 0));
-    TRY(need_compute(fn, "c", &cv));
-    TRY(simk_check_same(fn, "a", &av, &cv));
-    TRY(simk_check_same(fn, "b", &bv, &cv));
-    TRY(sim_launch(kernel, fn));
-    simk_binary(op, &av, &bv, alpha, &cv);
-    return SIM_OK;
+    TRY(simk_check_dtype_in(fn, "a", &av, allowed, nallowed));
+    return simk_binary(fn, kernel, op, &av, &bv, alpha, &cv);
 }
 
 TH1API th1Result_t th1Add(const th1TensorDesc_t *a, const th1TensorDesc_t *b, float alpha,
                           th1TensorDesc_t *c) {
-    return code(elementwise2("th1Add", "add", SIMK_ADD, a, b, alpha, c));
+    return code(elementwise2("th1Add", "add", SIMK_ADD, ARITH, NELEM(ARITH), a, b, alpha, c));
 }
-TH1API th1Result_t th1Mul(const th1TensorDesc_t *a, const th1TensorDesc_t *b, th1TensorDesc_t *c) {
-    return code(elementwise2("th1Mul", "mul", SIMK_MUL, a, b, 1.0f, c));
+TH1API th1Result_t th1Sub(const th1TensorDesc_t *a, const th1TensorDesc_t *b, float alpha,
+                          th1TensorDesc_t *c) {
+    return code(elementwise2("th1Sub", "sub", SIMK_SUB, ARITH, NELEM(ARITH), a, b, alpha, c));
 }
 
-static sim_status elementwise1(const char *fn, const char *kernel, simk_unop op,
-                               const th1TensorDesc_t *x, th1TensorDesc_t *y) {
+#define TH1_BINARY(name, kernel, op, set)                                                              \
+    TH1API th1Result_t th1##name(const th1TensorDesc_t *a, const th1TensorDesc_t *b, th1TensorDesc_t *c) { \
+        return code(elementwise2("th1" #name, kernel, op, set, NELEM(set), a, b, 1.0f, c));             \
+    }
+TH1_BINARY(Mul, "mul", SIMK_MUL, ARITH)
+TH1_BINARY(Div, "div", SIMK_DIV, COMPUTE)
+TH1_BINARY(Pow, "pow", SIMK_POW, COMPUTE)
+TH1_BINARY(Maximum, "maximum", SIMK_MAXIMUM, ARITH)
+TH1_BINARY(Minimum, "minimum", SIMK_MINIMUM, ARITH)
+TH1_BINARY(Equal, "eq", SIMK_EQ, ARITH)
+TH1_BINARY(NotEqual, "ne", SIMK_NE, ARITH)
+TH1_BINARY(Less, "lt", SIMK_LT, ARITH)
+TH1_BINARY(LessEqual, "le", SIMK_LE, ARITH)
+TH1_BINARY(Greater, "gt", SIMK_GT, ARITH)
+TH1_BINARY(GreaterEqual, "ge", SIMK_GE, ARITH)
+TH1_BINARY(BitwiseAnd, "bitwise_and", SIMK_BITAND, BITS)
+TH1_BINARY(BitwiseOr, "bitwise_or", SIMK_BITOR, BITS)
+TH1_BINARY(BitwiseXor, "bitwise_xor", SIMK_BITXOR, BITS)
+
+static sim_status elementwise1(const char *fn, const char *kernel, simk_unop op, const sim_dtype *allowed,
+                               int nallowed, const th1TensorDesc_t *x, th1TensorDesc_t *y) {
     sim_view xv, yv;
     TRY(sim_require_init(fn));
     TRY(view_of(y, &yv, fn, "y", 0));
     TRY(view_of(x, &xv, fn, "x", 0));
-    TRY(need_compute(fn, "y", &yv));
-    TRY(simk_check_same(fn, "x", &xv, &yv));
-    TRY(sim_launch(kernel, fn));
-    simk_unary(op, &xv, &yv);
-    return SIM_OK;
+    TRY(simk_check_dtype_in(fn, "x", &xv, allowed, nallowed));
+    return simk_unary(fn, kernel, op, &xv, &yv);
 }
 
-TH1API th1Result_t th1Relu(const th1TensorDesc_t *x, th1TensorDesc_t *y) {
-    return code(elementwise1("th1Relu", "relu", SIMK_RELU, x, y));
-}
+#define TH1_UNARY(name, kernel, op, set)                                                       \
+    TH1API th1Result_t th1##name(const th1TensorDesc_t *x, th1TensorDesc_t *y) {               \
+        return code(elementwise1("th1" #name, kernel, op, set, NELEM(set), x, y));              \
+    }
+TH1_UNARY(Relu, "relu", SIMK_RELU, COMPUTE)
+TH1_UNARY(Silu, "silu", SIMK_SILU, COMPUTE)
+TH1_UNARY(Sigmoid, "sigmoid", SIMK_SIGMOID, COMPUTE)
+TH1_UNARY(Tanh, "tanh", SIMK_TANH, COMPUTE)
+TH1_UNARY(Exp, "exp", SIMK_EXP, COMPUTE)
+TH1_UNARY(Log, "log", SIMK_LOG, COMPUTE)
+TH1_UNARY(Sqrt, "sqrt", SIMK_SQRT, COMPUTE)
+TH1_UNARY(Rsqrt, "rsqrt", SIMK_RSQRT, COMPUTE)
+TH1_UNARY(Reciprocal, "reciprocal", SIMK_RECIPROCAL, COMPUTE)
+TH1_UNARY(Cos, "cos", SIMK_COS, COMPUTE)
+TH1_UNARY(Sin, "sin", SIMK_SIN, COMPUTE)
+TH1_UNARY(Neg, "neg", SIMK_NEG, ARITH)
+TH1_UNARY(Abs, "abs", SIMK_ABS, ARITH)
+TH1_UNARY(BitwiseNot, "bitwise_not", SIMK_BITNOT, BITS)
+
 TH1API th1Result_t th1Gelu(const th1TensorDesc_t *x, int mode, th1TensorDesc_t *y) {
     if (mode != 0 && mode != 1)
         return code(sim_fail(SIM_E_INVALID_VALUE, "th1Gelu", "mode=%d (0 exact, 1 tanh)", mode));
-    return code(elementwise1("th1Gelu", "gelu", mode ? SIMK_GELU_TANH : SIMK_GELU, x, y));
+    return code(elementwise1("th1Gelu", "gelu", mode ? SIMK_GELU_TANH : SIMK_GELU, COMPUTE, NELEM(COMPUTE), x, y));
 }
+
+TH1API th1Result_t th1PowScalar(const th1TensorDesc_t *x, double exponent, th1TensorDesc_t *y) {
+    const char *fn = "th1PowScalar";
+    sim_view xv, yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = need_compute(fn, "x", &xv)))
+        return code(st);
+    return code(simk_pow_scalar(fn, "pow_scalar", &xv, exponent, &yv));
+}
+
+TH1API th1Result_t th1DivScalar(const th1TensorDesc_t *a, double b, th1TensorDesc_t *c) {
+    const char *fn = "th1DivScalar";
+    sim_view av, cv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(c, &cv, fn, "c", 0)) || (st = view_of(a, &av, fn, "a", 0)) ||
+        (st = need_compute(fn, "a", &av)))
+        return code(st);
+    return code(simk_div_scalar(fn, "div_scalar", &av, b, &cv));
+}
+
+static sim_status addc(const char *fn, const char *kernel, int div, const th1TensorDesc_t *x,
+                       const th1TensorDesc_t *a, const th1TensorDesc_t *b, double scale, th1TensorDesc_t *y) {
+    sim_view xv, av, bv, yv;
+    TRY(sim_require_init(fn));
+    TRY(view_of(y, &yv, fn, "y", 0));
+    TRY(view_of(x, &xv, fn, "x", 0));
+    TRY(view_of(a, &av, fn, "a", 0));
+    TRY(view_of(b, &bv, fn, "b", 0));
+    TRY(need_compute(fn, "x", &xv));
+    return simk_addc(fn, kernel, div, &xv, &av, &bv, scale, &yv);
+}
+
+TH1API th1Result_t th1Addcmul(const th1TensorDesc_t *x, const th1TensorDesc_t *a, const th1TensorDesc_t *b,
+                              double scale, th1TensorDesc_t *y) {
+    return code(addc("th1Addcmul", "addcmul", 0, x, a, b, scale, y));
+}
+TH1API th1Result_t th1Addcdiv(const th1TensorDesc_t *x, const th1TensorDesc_t *a, const th1TensorDesc_t *b,
+                              double scale, th1TensorDesc_t *y) {
+    return code(addc("th1Addcdiv", "addcdiv", 1, x, a, b, scale, y));
+}
+
+TH1API th1Result_t th1Lerp(const th1TensorDesc_t *x, const th1TensorDesc_t *end, double weight,
+                           th1TensorDesc_t *y) {
+    const char *fn = "th1Lerp";
+    sim_view xv, ev, yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = view_of(end, &ev, fn, "end", 0)) || (st = need_compute(fn, "x", &xv)))
+        return code(st);
+    return code(simk_lerp(fn, "lerp", &xv, &ev, weight, &yv));
+}
+
+TH1API th1Result_t th1Where(const th1TensorDesc_t *cond, const th1TensorDesc_t *a, const th1TensorDesc_t *b,
+                            th1TensorDesc_t *c) {
+    const char *fn = "th1Where";
+    sim_view kv, av, bv, cv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(c, &cv, fn, "c", 0)) ||
+        (st = view_of(cond, &kv, fn, "cond", 0)) || (st = view_of(a, &av, fn, "a", 0)) ||
+        (st = view_of(b, &bv, fn, "b", 0)) || (st = simk_check_dtype_in(fn, "a", &av, ANY, NELEM(ANY))))
+        return code(st);
+    return code(simk_where(fn, "where", &kv, &av, &bv, &cv));
+}
+
+TH1API th1Result_t th1MaskedFill(const th1TensorDesc_t *x, const th1TensorDesc_t *mask, double value,
+                                 th1TensorDesc_t *y) {
+    const char *fn = "th1MaskedFill";
+    sim_view xv, mv, yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = view_of(mask, &mv, fn, "mask", 0)) || (st = simk_check_dtype_in(fn, "x", &xv, ANY, NELEM(ANY))))
+        return code(st);
+    return code(simk_masked_fill(fn, "masked_fill", &xv, &mv, value, &yv));
+}
+
+static sim_status grad1(const char *fn, const char *kernel, simk_gradop op, const th1TensorDesc_t *dy,
+                        const th1TensorDesc_t *x, double param, th1TensorDesc_t *dx, const char *xname) {
+    sim_view gv, xv, ov;
+    TRY(sim_require_init(fn));
+    TRY(view_of(dx, &ov, fn, "dx", 0));
+    TRY(view_of(dy, &gv, fn, "dy", 0));
+    TRY(view_of(x, &xv, fn, xname, 0));
+    TRY(need_compute(fn, "dy", &gv));
+    return simk_pointwise_grad(fn, kernel, op, &gv, &xv, param, &ov);
+}
+
+TH1API th1Result_t th1GeluBackward(const th1TensorDesc_t *dy, const th1TensorDesc_t *x, int mode,
+                                   th1TensorDesc_t *dx) {
+    if (mode != 0 && mode != 1)
+        return code(sim_fail(SIM_E_INVALID_VALUE, "th1GeluBackward", "mode=%d (0 exact, 1 tanh)", mode));
+    return code(grad1("th1GeluBackward", "gelu_backward", mode ? SIMK_GRAD_GELU_TANH : SIMK_GRAD_GELU, dy, x, 0,
+                      dx, "x"));
+}
+TH1API th1Result_t th1ThresholdBackward(const th1TensorDesc_t *dy, const th1TensorDesc_t *x, double threshold,
+                                        th1TensorDesc_t *dx) {
+    return code(grad1("th1ThresholdBackward", "threshold_backward", SIMK_GRAD_THRESHOLD, dy, x, threshold, dx,
+                      "x"));
+}
+TH1API th1Result_t th1SigmoidBackward(const th1TensorDesc_t *dy, const th1TensorDesc_t *y, th1TensorDesc_t *dx) {
+    return code(grad1("th1SigmoidBackward", "sigmoid_backward", SIMK_GRAD_SIGMOID_Y, dy, y, 0, dx, "y"));
+}
+TH1API th1Result_t th1TanhBackward(const th1TensorDesc_t *dy, const th1TensorDesc_t *y, th1TensorDesc_t *dx) {
+    return code(grad1("th1TanhBackward", "tanh_backward", SIMK_GRAD_TANH_Y, dy, y, 0, dx, "y"));
+}
+
+/* ---------------------------------------------------------- matrix unit */
 
 static sim_status check_aligned(const char *fn, const sim_view *a, const sim_view *b) {
     int nd = a->ndim;
@@ -243,18 +387,384 @@ TH1API th1Result_t th1LayerNorm(const th1TensorDesc_t *x, int normDims, const th
     return code(simk_layer_norm(fn, "layer_norm", &xv, normDims, &gv, &bv, epsilon, &yv, &mv, &rv));
 }
 
+TH1API th1Result_t th1LayerNormBackward(const th1TensorDesc_t *dy, const th1TensorDesc_t *x, int normDims,
+                                        const th1TensorDesc_t *mean, const th1TensorDesc_t *rstd,
+                                        const th1TensorDesc_t *gamma, th1TensorDesc_t *dx,
+                                        th1TensorDesc_t *dgamma, th1TensorDesc_t *dbeta) {
+    const char *fn = "th1LayerNormBackward";
+    sim_view dyv, xv, mv, rv, gv, dxv, dgv, dbv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(dy, &dyv, fn, "dy", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = view_of(mean, &mv, fn, "mean", 0)) || (st = view_of(rstd, &rv, fn, "rstd", 0)) ||
+        (st = view_of(gamma, &gv, fn, "gamma", 1)) || (st = view_of(dx, &dxv, fn, "dx", 1)) ||
+        (st = view_of(dgamma, &dgv, fn, "dgamma", 1)) || (st = view_of(dbeta, &dbv, fn, "dbeta", 1)) ||
+        (st = need_compute(fn, "x", &xv)))
+        return code(st);
+    if ((dgv.present || dbv.present) && !gv.present)
+        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "dgamma and dbeta need gamma (an affine layer norm)"));
+    return code(simk_layer_norm_backward(fn, "layer_norm_backward", &dyv, &xv, normDims, &mv, &rv, &gv, &dxv,
+                                         &dgv, &dbv));
+}
+
+TH1API th1Result_t th1BatchNormInference(const th1TensorDesc_t *x, const th1TensorDesc_t *gamma,
+                                         const th1TensorDesc_t *beta, const th1TensorDesc_t *runningMean,
+                                         const th1TensorDesc_t *runningVar, double epsilon, th1TensorDesc_t *y) {
+    const char *fn = "th1BatchNormInference";
+    sim_view xv, gv, bv, mv, vv, yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = view_of(gamma, &gv, fn, "gamma", 1)) || (st = view_of(beta, &bv, fn, "beta", 1)) ||
+        (st = view_of(runningMean, &mv, fn, "runningMean", 0)) ||
+        (st = view_of(runningVar, &vv, fn, "runningVar", 0)) || (st = need_compute(fn, "x", &xv)))
+        return code(st);
+    const sim_view *params[4] = {&gv, &bv, &mv, &vv};
+    for (int i = 0; i < 4; i++)
+        if (params[i]->present && (st = need_compute(fn, "per-channel parameter", params[i]))) return code(st);
+    return code(simk_batch_norm_infer(fn, "batch_norm", &xv, &gv, &bv, &mv, &vv, epsilon, &yv));
+}
+
+/* --------------------------------------------------------------- softmax */
+
+static sim_status softmax_flags(const char *fn, int flags, int allowed) {
+    if (flags & ~allowed) return sim_fail(SIM_E_INVALID_VALUE, fn, "unknown flags 0x%x", (unsigned)flags);
+    return SIM_OK;
+}
+
 TH1API th1Result_t th1Softmax(const th1TensorDesc_t *x, int axis, int flags, th1TensorDesc_t *y) {
     const char *fn = "th1Softmax";
     sim_view xv, yv;
     sim_status st;
     if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) ||
-        (st = view_of(x, &xv, fn, "x", 0)) || (st = need_compute(fn, "x", &xv)))
+        (st = view_of(x, &xv, fn, "x", 0)) || (st = need_compute(fn, "x", &xv)) ||
+        (st = softmax_flags(fn, flags, TH1_SOFTMAX_SAFE | TH1_SOFTMAX_LOG)))
         return code(st);
-    if (flags & ~TH1_SOFTMAX_SAFE)
-        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "unknown flags 0x%x", (unsigned)flags));
-    return code(simk_softmax(fn, (flags & TH1_SOFTMAX_SAFE) ? "safe_softmax" : "softmax", &xv, axis, 0,
-                             (flags & TH1_SOFTMAX_SAFE) ? 2 : 0, &yv));
+    unsigned f = ((flags & TH1_SOFTMAX_SAFE) ? SIMK_SOFTMAX_SAFE : 0) | ((flags & TH1_SOFTMAX_LOG) ? SIMK_SOFTMAX_LOG : 0);
+    const char *kernel = (flags & TH1_SOFTMAX_LOG) ? "log_softmax" : (flags & TH1_SOFTMAX_SAFE) ? "safe_softmax"
+                                                                                                : "softmax";
+    return code(simk_softmax(fn, kernel, &xv, axis, f, &yv));
 }
+
+TH1API th1Result_t th1SoftmaxBackward(const th1TensorDesc_t *dy, const th1TensorDesc_t *y, int axis, int flags,
+                                      th1TensorDesc_t *dx) {
+    const char *fn = "th1SoftmaxBackward";
+    sim_view gv, yv, ov;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(dx, &ov, fn, "dx", 0)) || (st = view_of(dy, &gv, fn, "dy", 0)) ||
+        (st = view_of(y, &yv, fn, "y", 0)) || (st = need_compute(fn, "y", &yv)) ||
+        (st = softmax_flags(fn, flags, TH1_SOFTMAX_LOG)))
+        return code(st);
+    int lg = (flags & TH1_SOFTMAX_LOG) != 0;
+    return code(simk_softmax_backward(fn, lg ? "log_softmax_backward" : "softmax_backward", &gv, &yv, axis, lg,
+                                      &ov));
+}
+
+/* ------------------------------------------------------------ reductions */
+
+static sim_status reduce(const char *fn, const char *kernel, int mean, const th1TensorDesc_t *x,
+                         const int64_t *axes, int numAxes, int keepDims, th1TensorDesc_t *y) {
+    sim_view xv, yv;
+    uint32_t mask;
+    TRY(sim_require_init(fn));
+    TRY(view_of(y, &yv, fn, "y", 0));
+    TRY(view_of(x, &xv, fn, "x", 0));
+    TRY(need_compute(fn, "x", &xv));
+    TRY(need_compute(fn, "y", &yv));
+    TRY(simk_reduce_dims(fn, &xv, axes, numAxes, keepDims, &yv, &mask));
+    return simk_reduce(fn, kernel, &xv, mask, mean, &yv);
+}
+
+TH1API th1Result_t th1ReduceSum(const th1TensorDesc_t *x, const int64_t *axes, int numAxes, int keepDims,
+                                th1TensorDesc_t *y) {
+    return code(reduce("th1ReduceSum", "sum", 0, x, axes, numAxes, keepDims, y));
+}
+TH1API th1Result_t th1ReduceMean(const th1TensorDesc_t *x, const int64_t *axes, int numAxes, int keepDims,
+                                 th1TensorDesc_t *y) {
+    return code(reduce("th1ReduceMean", "mean", 1, x, axes, numAxes, keepDims, y));
+}
+
+TH1API th1Result_t th1ReduceLogSumExp(const th1TensorDesc_t *x, const int64_t *axes, int numAxes, int keepDims,
+                                      th1TensorDesc_t *y) {
+    const char *fn = "th1ReduceLogSumExp";
+    sim_view xv, yv;
+    uint32_t mask;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = need_compute(fn, "x", &xv)) || (st = simk_reduce_dims(fn, &xv, axes, numAxes, keepDims, &yv, &mask)))
+        return code(st);
+    return code(simk_logsumexp(fn, "logsumexp", &xv, mask, &yv));
+}
+
+TH1API th1Result_t th1VarMean(const th1TensorDesc_t *x, const int64_t *axes, int numAxes, double correction,
+                              int keepDims, th1TensorDesc_t *var, th1TensorDesc_t *mean) {
+    const char *fn = "th1VarMean";
+    sim_view xv, vv, mv;
+    uint32_t mask;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(var, &vv, fn, "var", 0)) ||
+        (st = view_of(mean, &mv, fn, "mean", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = need_compute(fn, "x", &xv)) || (st = simk_reduce_dims(fn, &xv, axes, numAxes, keepDims, &vv, &mask)) ||
+        (st = simk_reduce_dims(fn, &xv, axes, numAxes, keepDims, &mv, &mask)))
+        return code(st);
+    return code(simk_var_mean(fn, "var_mean", &xv, mask, correction, &vv, &mv));
+}
+
+/* ------------------------------------------------------ loss, embedding */
+
+TH1API th1Result_t th1NllLossForward(const th1TensorDesc_t *x, const th1TensorDesc_t *target,
+                                     const th1TensorDesc_t *weight, int reduction, int64_t ignoreIndex,
+                                     th1TensorDesc_t *loss, th1TensorDesc_t *totalWeight) {
+    const char *fn = "th1NllLossForward";
+    sim_view xv, tv, wv, lv, twv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(loss, &lv, fn, "loss", 0)) ||
+        (st = view_of(totalWeight, &twv, fn, "totalWeight", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = view_of(target, &tv, fn, "target", 0)) || (st = view_of(weight, &wv, fn, "weight", 1)) ||
+        (st = need_compute(fn, "x", &xv)))
+        return code(st);
+    return code(simk_nll_loss(fn, "nll_loss", &xv, &tv, &wv, reduction, ignoreIndex, &lv, &twv));
+}
+
+TH1API th1Result_t th1NllLossBackward(const th1TensorDesc_t *dLoss, const th1TensorDesc_t *x,
+                                      const th1TensorDesc_t *target, const th1TensorDesc_t *weight, int reduction,
+                                      int64_t ignoreIndex, const th1TensorDesc_t *totalWeight,
+                                      th1TensorDesc_t *dx) {
+    const char *fn = "th1NllLossBackward";
+    sim_view gv, xv, tv, wv, twv, ov;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(dx, &ov, fn, "dx", 0)) ||
+        (st = view_of(dLoss, &gv, fn, "dLoss", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = view_of(target, &tv, fn, "target", 0)) || (st = view_of(weight, &wv, fn, "weight", 1)) ||
+        (st = view_of(totalWeight, &twv, fn, "totalWeight", 0)) || (st = need_compute(fn, "x", &xv)))
+        return code(st);
+    return code(simk_nll_loss_backward(fn, "nll_loss_backward", &gv, &xv, &tv, &wv, reduction, ignoreIndex, &twv,
+                                       &ov));
+}
+
+TH1API th1Result_t th1Embedding(const th1TensorDesc_t *table, const th1TensorDesc_t *indices,
+                                th1TensorDesc_t *y) {
+    const char *fn = "th1Embedding";
+    sim_view tv, iv, yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) ||
+        (st = view_of(table, &tv, fn, "table", 0)) || (st = view_of(indices, &iv, fn, "indices", 0)) ||
+        (st = need_compute(fn, "table", &tv)))
+        return code(st);
+    return code(simk_embedding(fn, "embedding", &tv, &iv, &yv));
+}
+
+TH1API th1Result_t th1EmbeddingBackward(const th1TensorDesc_t *dy, const th1TensorDesc_t *indices,
+                                        int64_t numRows, int64_t paddingIdx, int scaleByFreq,
+                                        th1TensorDesc_t *dTable) {
+    const char *fn = "th1EmbeddingBackward";
+    sim_view gv, iv, ov;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(dTable, &ov, fn, "dTable", 0)) ||
+        (st = view_of(dy, &gv, fn, "dy", 0)) || (st = view_of(indices, &iv, fn, "indices", 0)) ||
+        (st = need_compute(fn, "dy", &gv)))
+        return code(st);
+    return code(simk_embedding_backward(fn, "embedding_backward", &gv, &iv, numRows, paddingIdx, scaleByFreq, &ov));
+}
+
+/* ----------------------------------------------------------- convolution */
+
+/* NCHW tensors are handed to the NHWC kernels as permuted views of the same memory. */
+static sim_status need_nchw(const char *fn, const char *what, const sim_view *v) {
+    if (v->present && v->ndim != 4)
+        return sim_fail(SIM_E_INVALID_VALUE, fn, "%s must be 4-D (NCHW), got %d-D", what, v->ndim);
+    return SIM_OK;
+}
+
+static sim_status conv_params(const char *fn, const int64_t *stride, const int64_t *padding,
+                              const int64_t *dilation, int64_t groups) {
+    if (!stride || !padding || !dilation)
+        return sim_fail(SIM_E_INVALID_VALUE, fn, "stride, padding and dilation are required");
+    for (int i = 0; i < 2; i++)
+        if (stride[i] < 1 || padding[i] < 0 || dilation[i] < 1)
+            return sim_fail(SIM_E_INVALID_VALUE, fn, "stride %lld, padding %lld, dilation %lld: stride and "
+                            "dilation must be >= 1, padding >= 0", (long long)stride[i], (long long)padding[i],
+                            (long long)dilation[i]);
+    if (groups < 1) return sim_fail(SIM_E_INVALID_VALUE, fn, "groups=%lld must be >= 1", (long long)groups);
+    return SIM_OK;
+}
+
+TH1API th1Result_t th1ConvolutionForward(const th1TensorDesc_t *x, const th1TensorDesc_t *w,
+                                         const th1TensorDesc_t *bias, const int64_t *stride,
+                                         const int64_t *padding, const int64_t *dilation, int64_t groups,
+                                         th1TensorDesc_t *y) {
+    const char *fn = "th1ConvolutionForward";
+    sim_view xv, wv, bv, yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = conv_params(fn, stride, padding, dilation, groups)) ||
+        (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = view_of(w, &wv, fn, "w", 0)) || (st = view_of(bias, &bv, fn, "bias", 1)) ||
+        (st = need_compute(fn, "x", &xv)) || (st = need_nchw(fn, "x", &xv)) || (st = need_nchw(fn, "w", &wv)) ||
+        (st = need_nchw(fn, "y", &yv)))
+        return code(st);
+    sim_view xn = simk_nchw_as_nhwc(&xv), wn = simk_nchw_as_nhwc(&wv), yn = simk_nchw_as_nhwc(&yv);
+    return code(simk_conv2d_nhwc(fn, "conv2d", &xn, &wn, &bv, stride, padding, dilation, groups, &yn));
+}
+
+TH1API th1Result_t th1ConvolutionBackward(const th1TensorDesc_t *dy, const th1TensorDesc_t *x,
+                                          const th1TensorDesc_t *w, const int64_t *stride,
+                                          const int64_t *padding, const int64_t *dilation, int64_t groups,
+                                          const int64_t *gradMask, th1TensorDesc_t *dx, th1TensorDesc_t *dw,
+                                          th1TensorDesc_t *db) {
+    const char *fn = "th1ConvolutionBackward";
+    sim_view gv, xv, wv, dxv, dwv, dbv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = conv_params(fn, stride, padding, dilation, groups)))
+        return code(st);
+    if (!gradMask) return code(sim_fail(SIM_E_INVALID_VALUE, fn, "gradMask is NULL"));
+    th1TensorDesc_t *outs[3] = {dx, dw, db};
+    sim_view *views[3] = {&dxv, &dwv, &dbv};
+    const char *names[3] = {"dx", "dw", "db"};
+    for (int i = 0; i < 3; i++)
+        if ((st = view_of(gradMask[i] ? outs[i] : NULL, views[i], fn, names[i], !gradMask[i]))) return code(st);
+    if ((st = view_of(dy, &gv, fn, "dy", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = view_of(w, &wv, fn, "w", 0)) || (st = need_compute(fn, "x", &xv)) || (st = need_nchw(fn, "dy", &gv)) ||
+        (st = need_nchw(fn, "x", &xv)) || (st = need_nchw(fn, "w", &wv)) || (st = need_nchw(fn, "dx", &dxv)) ||
+        (st = need_nchw(fn, "dw", &dwv)))
+        return code(st);
+    sim_view gn = simk_nchw_as_nhwc(&gv), xn = simk_nchw_as_nhwc(&xv), wn = simk_nchw_as_nhwc(&wv);
+    sim_view dxn = simk_nchw_as_nhwc(&dxv), dwn = simk_nchw_as_nhwc(&dwv);
+    return code(simk_conv2d_backward_nhwc(fn, "conv2d_backward", &gn, &xn, &wn, stride, padding, dilation, groups,
+                                          &dxn, &dwn, &dbv));
+}
+
+/* --------------------------------------------------------------- pooling */
+
+/* window, stride (numStride 0: the window), padding (at most half the window,
+ * PyTorch's rule) and dilation (NULL: 1) */
+static sim_status pool_params(const char *fn, const int64_t *window, const int64_t *stride, int numStride,
+                              const int64_t *padding, const int64_t *dilation, int64_t s[2]) {
+    if (!window || !padding) return sim_fail(SIM_E_INVALID_VALUE, fn, "window and padding are required");
+    if (numStride != 0 && numStride != 2)
+        return sim_fail(SIM_E_INVALID_VALUE, fn, "numStride=%d (expected 0 or 2)", numStride);
+    if (numStride && !stride) return sim_fail(SIM_E_INVALID_VALUE, fn, "stride is NULL");
+    for (int i = 0; i < 2; i++) {
+        s[i] = numStride ? stride[i] : window[i];
+        if (window[i] < 1 || s[i] < 1 || (dilation && dilation[i] < 1))
+            return sim_fail(SIM_E_INVALID_VALUE, fn, "window %lld, stride %lld: window, stride and dilation "
+                            "must be >= 1", (long long)window[i], (long long)s[i]);
+        if (padding[i] < 0 || padding[i] > window[i] / 2)
+            return sim_fail(SIM_E_INVALID_VALUE, fn, "padding %lld must be in [0, window/2]", (long long)padding[i]);
+    }
+    return SIM_OK;
+}
+
+/* y must be [N, C, oh, ow] for x [N, C, H, W] */
+static sim_status check_pooled(const char *fn, const char *what, const sim_view *x, const sim_view *y,
+                               int64_t oh, int64_t ow) {
+    if (oh <= 0 || ow <= 0) return sim_fail(SIM_E_INVALID_VALUE, fn, "output would be empty");
+    if (y->ndim != 4 || y->shape[0] != x->shape[0] || y->shape[1] != x->shape[1] || y->shape[2] != oh ||
+        y->shape[3] != ow)
+        return sim_fail(SIM_E_INVALID_VALUE, fn, "%s must be NCHW [%lld, %lld, %lld, %lld]", what,
+                        (long long)x->shape[0], (long long)x->shape[1], (long long)oh, (long long)ow);
+    return SIM_OK;
+}
+
+TH1API th1Result_t th1MaxPool2d(const th1TensorDesc_t *x, const int64_t *window, const int64_t *stride,
+                                int numStride, const int64_t *padding, const int64_t *dilation, int ceilMode,
+                                th1TensorDesc_t *y, th1TensorDesc_t *indices) {
+    const char *fn = "th1MaxPool2d";
+    sim_view xv, yv, iv;
+    int64_t s[2];
+    sim_status st;
+    if ((st = sim_require_init(fn))) return code(st);
+    if (!dilation) return code(sim_fail(SIM_E_INVALID_VALUE, fn, "dilation is required"));
+    if ((st = pool_params(fn, window, stride, numStride, padding, dilation, s)) ||
+        (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = view_of(indices, &iv, fn, "indices", 1)) || (st = need_compute(fn, "x", &xv)) ||
+        (st = need_nchw(fn, "x", &xv)))
+        return code(st);
+    int64_t oh = simk_pool_out(xv.shape[2], window[0], s[0], padding[0], dilation[0], ceilMode);
+    int64_t ow = simk_pool_out(xv.shape[3], window[1], s[1], padding[1], dilation[1], ceilMode);
+    if ((st = check_pooled(fn, "y", &xv, &yv, oh, ow)) || (iv.present && (st = check_pooled(fn, "indices", &xv, &iv, oh, ow))))
+        return code(st);
+    sim_view xn = simk_nchw_as_nhwc(&xv), yn = simk_nchw_as_nhwc(&yv), in = simk_nchw_as_nhwc(&iv);
+    return code(simk_max_pool2d_nhwc(fn, "max_pool2d", &xn, window, s, padding, dilation, &yn, &in));
+}
+
+TH1API th1Result_t th1MaxPool2dBackward(const th1TensorDesc_t *dy, const th1TensorDesc_t *indices,
+                                        th1TensorDesc_t *dx) {
+    const char *fn = "th1MaxPool2dBackward";
+    sim_view gv, iv, ov;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(dx, &ov, fn, "dx", 0)) || (st = view_of(dy, &gv, fn, "dy", 0)) ||
+        (st = view_of(indices, &iv, fn, "indices", 0)) || (st = need_compute(fn, "dy", &gv)) ||
+        (st = need_nchw(fn, "dy", &gv)) || (st = need_nchw(fn, "dx", &ov)))
+        return code(st);
+    sim_view gn = simk_nchw_as_nhwc(&gv), in = simk_nchw_as_nhwc(&iv), on = simk_nchw_as_nhwc(&ov);
+    return code(simk_max_pool2d_backward_nhwc(fn, "max_pool2d_backward", &gn, &in, &on));
+}
+
+TH1API th1Result_t th1AvgPool2d(const th1TensorDesc_t *x, const int64_t *window, const int64_t *stride,
+                                int numStride, const int64_t *padding, int ceilMode, int countIncludePad,
+                                int64_t divisorOverride, th1TensorDesc_t *y) {
+    const char *fn = "th1AvgPool2d";
+    sim_view xv, yv;
+    int64_t s[2];
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = pool_params(fn, window, stride, numStride, padding, NULL, s)) ||
+        (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = need_compute(fn, "x", &xv)) || (st = need_nchw(fn, "x", &xv)))
+        return code(st);
+    if (divisorOverride < 0)
+        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "divisorOverride must be > 0 (0 = none)"));
+    int64_t oh = simk_pool_out(xv.shape[2], window[0], s[0], padding[0], 1, ceilMode);
+    int64_t ow = simk_pool_out(xv.shape[3], window[1], s[1], padding[1], 1, ceilMode);
+    if ((st = check_pooled(fn, "y", &xv, &yv, oh, ow))) return code(st);
+    sim_view xn = simk_nchw_as_nhwc(&xv), yn = simk_nchw_as_nhwc(&yv);
+    return code(simk_avg_pool2d_nhwc(fn, "avg_pool2d", &xn, window, s, padding, countIncludePad, divisorOverride,
+                                     &yn));
+}
+
+TH1API th1Result_t th1AvgPool2dBackward(const th1TensorDesc_t *dy, const int64_t *window,
+                                        const int64_t *stride, int numStride, const int64_t *padding,
+                                        int ceilMode, int countIncludePad, int64_t divisorOverride,
+                                        th1TensorDesc_t *dx) {
+    const char *fn = "th1AvgPool2dBackward";
+    sim_view gv, ov;
+    int64_t s[2];
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = pool_params(fn, window, stride, numStride, padding, NULL, s)) ||
+        (st = view_of(dx, &ov, fn, "dx", 0)) || (st = view_of(dy, &gv, fn, "dy", 0)) ||
+        (st = need_compute(fn, "dy", &gv)) || (st = need_nchw(fn, "dx", &ov)))
+        return code(st);
+    if (divisorOverride < 0)
+        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "divisorOverride must be > 0 (0 = none)"));
+    int64_t oh = simk_pool_out(ov.shape[2], window[0], s[0], padding[0], 1, ceilMode);
+    int64_t ow = simk_pool_out(ov.shape[3], window[1], s[1], padding[1], 1, ceilMode);
+    if ((st = check_pooled(fn, "dy", &ov, &gv, oh, ow))) return code(st);
+    sim_view gn = simk_nchw_as_nhwc(&gv), on = simk_nchw_as_nhwc(&ov);
+    return code(simk_avg_pool2d_backward_nhwc(fn, "avg_pool2d_backward", &gn, window, s, padding, countIncludePad,
+                                              divisorOverride, &on));
+}
+
+TH1API th1Result_t th1AdaptiveAvgPool2d(const th1TensorDesc_t *x, th1TensorDesc_t *y) {
+    const char *fn = "th1AdaptiveAvgPool2d";
+    sim_view xv, yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = need_compute(fn, "x", &xv)) || (st = need_nchw(fn, "x", &xv)) || (st = need_nchw(fn, "y", &yv)) ||
+        (st = check_pooled(fn, "y", &xv, &yv, yv.shape[2], yv.shape[3])))
+        return code(st);
+    sim_view xn = simk_nchw_as_nhwc(&xv), yn = simk_nchw_as_nhwc(&yv);
+    return code(simk_adaptive_avg_pool2d_nhwc(fn, "adaptive_avg_pool2d", &xn, &yn));
+}
+
+TH1API th1Result_t th1AdaptiveAvgPool2dBackward(const th1TensorDesc_t *dy, th1TensorDesc_t *dx) {
+    const char *fn = "th1AdaptiveAvgPool2dBackward";
+    sim_view gv, ov;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(dx, &ov, fn, "dx", 0)) || (st = view_of(dy, &gv, fn, "dy", 0)) ||
+        (st = need_compute(fn, "dy", &gv)) || (st = need_nchw(fn, "dy", &gv)) || (st = need_nchw(fn, "dx", &ov)))
+        return code(st);
+    sim_view gn = simk_nchw_as_nhwc(&gv), on = simk_nchw_as_nhwc(&ov);
+    return code(simk_adaptive_avg_pool2d_backward_nhwc(fn, "adaptive_avg_pool2d_backward", &gn, &on));
+}
+
+/* -------------------------------------------------------- data movement */
 
 TH1API th1Result_t th1Copy(const th1TensorDesc_t *src, th1TensorDesc_t *dst) {
     const char *fn = "th1Copy";
@@ -273,5 +783,65 @@ TH1API th1Result_t th1Fill(th1TensorDesc_t *dst, double value) {
     if ((st = sim_require_init(fn)) || (st = view_of(dst, &d, fn, "dst", 0))) return code(st);
     if ((st = sim_launch("fill", fn))) return code(st);
     simk_fill(&d, value);
+    return TH1_SUCCESS;
+}
+
+TH1API th1Result_t th1Arange(double start, double end, double step, th1TensorDesc_t *y) {
+    const char *fn = "th1Arange";
+    sim_view yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) ||
+        (st = simk_check_dtype_in(fn, "y", &yv, ARITH, NELEM(ARITH))))
+        return code(st);
+    return code(simk_arange(fn, "arange", start, end, step, &yv));
+}
+
+TH1API th1Result_t th1SelectBackward(const th1TensorDesc_t *dy, int axis, int64_t index, th1TensorDesc_t *dx) {
+    const char *fn = "th1SelectBackward";
+    sim_view gv, ov;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(dx, &ov, fn, "dx", 0)) || (st = view_of(dy, &gv, fn, "dy", 0)) ||
+        (st = simk_check_dtype_in(fn, "dy", &gv, ANY, NELEM(ANY))))
+        return code(st);
+    return code(simk_select_backward(fn, "select_backward", &gv, axis, index, &ov));
+}
+
+TH1API th1Result_t th1Cat(const th1TensorDesc_t *const *inputs, int numInputs, int axis, th1TensorDesc_t *y) {
+    const char *fn = "th1Cat";
+    sim_view yv;
+    sim_status st;
+    if ((st = sim_require_init(fn))) return code(st);
+    if (!inputs || numInputs < 1)
+        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "needs at least one input (numInputs=%d)", numInputs));
+    if ((st = view_of(y, &yv, fn, "y", 0)) || (st = simk_check_dtype_in(fn, "y", &yv, ANY, NELEM(ANY))))
+        return code(st);
+    sim_view *views = malloc((size_t)numInputs * sizeof *views);
+    if (!views) abort();
+    for (int i = 0; i < numInputs && !st; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "inputs[%d]", i);
+        st = view_of(inputs[i], &views[i], fn, what, 0);
+    }
+    if (!st) st = simk_cat(fn, "cat", views, numInputs, axis, &yv);
+    free(views);
+    return code(st);
+}
+
+/* ------------------------------------------------- profiling: device time */
+
+TH1API th1Result_t th1GetLastKernelTime(uint64_t *nanoseconds) {
+    if (!nanoseconds) return code(sim_fail(SIM_E_INVALID_VALUE, "th1GetLastKernelTime", "nanoseconds is NULL"));
+    *nanoseconds = sim_last_op_ns();
+    return TH1_SUCCESS;
+}
+TH1API th1Result_t th1GetTotalKernelTime(uint64_t *nanoseconds) {
+    if (!nanoseconds) return code(sim_fail(SIM_E_INVALID_VALUE, "th1GetTotalKernelTime", "nanoseconds is NULL"));
+    *nanoseconds = sim_device_ns_total();
+    return TH1_SUCCESS;
+}
+TH1API th1Result_t th1DebugCorruptKernel(const char *kernelName) { return code(sim_set_corrupt(kernelName)); }
+TH1API th1Result_t th1DebugGetCorruptions(uint64_t *count) {
+    if (!count) return code(sim_fail(SIM_E_INVALID_VALUE, "th1DebugGetCorruptions", "count is NULL"));
+    *count = sim_corruptions();
     return TH1_SUCCESS;
 }

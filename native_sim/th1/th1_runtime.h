@@ -10,8 +10,9 @@
  *     host-memory mapping: all data moves through th1Memcpy*.
  *   - A tensor descriptor addresses element [0,...,0] at ptr + elemOffset
  *     elements; strides are in elements, 0 broadcasts.
- *   - Compute kernels run float32 and bfloat16.  Matrix kernels require
- *     M, N and K to be multiples of TH1_MATMUL_ALIGN.
+ *   - Compute kernels run float32 and bfloat16 (integer and bool where
+ *     noted).  Matrix kernels require M, N and K to be multiples of
+ *     TH1_MATMUL_ALIGN.
  *
  * Environment: TH1SIM_CAPACITY, TH1SIM_STRICT, TH1SIM_FAULTS (see x1 docs;
  * the syntax is shared by all simulated devices).
@@ -113,28 +114,196 @@ TH1API th1Result_t th1ResetStats(void);
 TH1API th1Result_t th1GetKernelStats(th1KernelStat_t* stats, int maxStats, int* numStats);
 TH1API th1Result_t th1DebugInjectFaults(const char* spec);
 
-/* Kernels */
+/* Kernels.  Unless noted, every tensor operand has the output's shape (stride 0
+ * broadcasts) and dtype, and the compute dtypes are float32 and bfloat16
+ * (computed in float, bfloat16 rounded once to nearest even). */
+
+/* ---- elementwise arithmetic; Add, Sub, Mul, Maximum, Minimum also int32 and int64 (exact) */
 TH1API th1Result_t th1Add(const th1TensorDesc_t* a, const th1TensorDesc_t* b, float alpha,
                           th1TensorDesc_t* c);
+TH1API th1Result_t th1Sub(const th1TensorDesc_t* a, const th1TensorDesc_t* b, float alpha,
+                          th1TensorDesc_t* c);
 TH1API th1Result_t th1Mul(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
+TH1API th1Result_t th1Div(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
+/* c = a / b, b a scalar from the host (no device constant needed) */
+TH1API th1Result_t th1DivScalar(const th1TensorDesc_t* a, double b, th1TensorDesc_t* c);
+TH1API th1Result_t th1Pow(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
+TH1API th1Result_t th1PowScalar(const th1TensorDesc_t* x, double exponent, th1TensorDesc_t* y);
+TH1API th1Result_t th1Maximum(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
+TH1API th1Result_t th1Minimum(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
+
+/* ---- comparisons: a and b of one dtype (float32, bfloat16, int32, int64), c bool */
+TH1API th1Result_t th1Equal(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
+TH1API th1Result_t th1NotEqual(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
+TH1API th1Result_t th1Less(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
+TH1API th1Result_t th1LessEqual(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
+TH1API th1Result_t th1Greater(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
+TH1API th1Result_t th1GreaterEqual(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
+
+/* ---- bitwise: bool (logical), int32, int64 */
+TH1API th1Result_t th1BitwiseAnd(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
+TH1API th1Result_t th1BitwiseOr(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
+TH1API th1Result_t th1BitwiseXor(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
+TH1API th1Result_t th1BitwiseNot(const th1TensorDesc_t* x, th1TensorDesc_t* y);
+
+/* ---- unary; Neg and Abs also int32 and int64 */
 TH1API th1Result_t th1Relu(const th1TensorDesc_t* x, th1TensorDesc_t* y);
 /* mode: 0 exact (erf), 1 tanh approximation */
 TH1API th1Result_t th1Gelu(const th1TensorDesc_t* x, int mode, th1TensorDesc_t* y);
+TH1API th1Result_t th1Silu(const th1TensorDesc_t* x, th1TensorDesc_t* y);
+TH1API th1Result_t th1Sigmoid(const th1TensorDesc_t* x, th1TensorDesc_t* y);
+TH1API th1Result_t th1Tanh(const th1TensorDesc_t* x, th1TensorDesc_t* y);
+TH1API th1Result_t th1Exp(const th1TensorDesc_t* x, th1TensorDesc_t* y);
+TH1API th1Result_t th1Log(const th1TensorDesc_t* x, th1TensorDesc_t* y);
+TH1API th1Result_t th1Sqrt(const th1TensorDesc_t* x, th1TensorDesc_t* y);
+TH1API th1Result_t th1Rsqrt(const th1TensorDesc_t* x, th1TensorDesc_t* y);
+TH1API th1Result_t th1Reciprocal(const th1TensorDesc_t* x, th1TensorDesc_t* y);
+TH1API th1Result_t th1Cos(const th1TensorDesc_t* x, th1TensorDesc_t* y);
+TH1API th1Result_t th1Sin(const th1TensorDesc_t* x, th1TensorDesc_t* y);
+TH1API th1Result_t th1Neg(const th1TensorDesc_t* x, th1TensorDesc_t* y);
+TH1API th1Result_t th1Abs(const th1TensorDesc_t* x, th1TensorDesc_t* y);
+
+/* ---- pointwise with scalars (the optimizer's arithmetic) */
+/* y = x + scale * a * b */
+TH1API th1Result_t th1Addcmul(const th1TensorDesc_t* x, const th1TensorDesc_t* a, const th1TensorDesc_t* b,
+                              double scale, th1TensorDesc_t* y);
+/* y = x + scale * a / b */
+TH1API th1Result_t th1Addcdiv(const th1TensorDesc_t* x, const th1TensorDesc_t* a, const th1TensorDesc_t* b,
+                              double scale, th1TensorDesc_t* y);
+/* y = x + weight * (end - x) */
+TH1API th1Result_t th1Lerp(const th1TensorDesc_t* x, const th1TensorDesc_t* end, double weight,
+                           th1TensorDesc_t* y);
+/* c = cond ? a : b; cond bool, a, b, c of any one TH1 dtype */
+TH1API th1Result_t th1Where(const th1TensorDesc_t* cond, const th1TensorDesc_t* a, const th1TensorDesc_t* b,
+                            th1TensorDesc_t* c);
+/* y = mask ? value : x; mask bool; x, y float32, bfloat16, int32, int64 or bool */
+TH1API th1Result_t th1MaskedFill(const th1TensorDesc_t* x, const th1TensorDesc_t* mask, double value,
+                                 th1TensorDesc_t* y);
+
+/* ---- activation gradients: dx = dy * f'(x), or from the forward's output y */
+TH1API th1Result_t th1GeluBackward(const th1TensorDesc_t* dy, const th1TensorDesc_t* x, int mode,
+                                   th1TensorDesc_t* dx);
+/* dx = x <= threshold ? 0 : dy (ReLU's gradient with threshold 0) */
+TH1API th1Result_t th1ThresholdBackward(const th1TensorDesc_t* dy, const th1TensorDesc_t* x,
+                                        double threshold, th1TensorDesc_t* dx);
+TH1API th1Result_t th1SigmoidBackward(const th1TensorDesc_t* dy, const th1TensorDesc_t* y,
+                                      th1TensorDesc_t* dx);
+TH1API th1Result_t th1TanhBackward(const th1TensorDesc_t* dy, const th1TensorDesc_t* y, th1TensorDesc_t* dx);
+
+/* ---- matrix unit */
 /* c = a @ b for 2-D, or batched over the leading dim for 3-D */
 TH1API th1Result_t th1Matmul(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
 /* c = beta * bias + alpha * a @ b  (bias expanded to c's shape) */
 TH1API th1Result_t th1Addmm(const th1TensorDesc_t* bias, const th1TensorDesc_t* a,
                             const th1TensorDesc_t* b, float beta, float alpha, th1TensorDesc_t* c);
+
+/* ---- reductions over `axes` (numAxes 0: every axis); y keeps reduced axes as 1 if keepDims */
+TH1API th1Result_t th1ReduceSum(const th1TensorDesc_t* x, const int64_t* axes, int numAxes, int keepDims,
+                                th1TensorDesc_t* y);
+TH1API th1Result_t th1ReduceMean(const th1TensorDesc_t* x, const int64_t* axes, int numAxes, int keepDims,
+                                 th1TensorDesc_t* y);
+/* log(sum(exp(x))) over axes, computed stably (shifted by the max) */
+TH1API th1Result_t th1ReduceLogSumExp(const th1TensorDesc_t* x, const int64_t* axes, int numAxes, int keepDims,
+                                      th1TensorDesc_t* y);
+/* variance with `correction` (1: unbiased; divides by count - correction) and mean */
+TH1API th1Result_t th1VarMean(const th1TensorDesc_t* x, const int64_t* axes, int numAxes, double correction,
+                              int keepDims, th1TensorDesc_t* var, th1TensorDesc_t* mean);
+
+/* ---- normalization */
 /* normalizes over the last normDims dims; gamma, beta, mean, rstd may be NULL */
 TH1API th1Result_t th1LayerNorm(const th1TensorDesc_t* x, int normDims, const th1TensorDesc_t* gamma,
                                 const th1TensorDesc_t* beta, float epsilon, th1TensorDesc_t* y,
                                 th1TensorDesc_t* mean, th1TensorDesc_t* rstd);
-/* flags: TH1_SOFTMAX_SAFE makes a row that is entirely -inf come out as zeros
- * (attention with fully masked rows) instead of NaN */
+/* gradients of th1LayerNorm; gamma may be NULL (no affine), dx, dgamma, dbeta NULL when not wanted */
+TH1API th1Result_t th1LayerNormBackward(const th1TensorDesc_t* dy, const th1TensorDesc_t* x, int normDims,
+                                        const th1TensorDesc_t* mean, const th1TensorDesc_t* rstd,
+                                        const th1TensorDesc_t* gamma, th1TensorDesc_t* dx,
+                                        th1TensorDesc_t* dgamma, th1TensorDesc_t* dbeta);
+/* inference batch norm over dim 1 of [N, C, ...]; gamma and beta may be NULL */
+TH1API th1Result_t th1BatchNormInference(const th1TensorDesc_t* x, const th1TensorDesc_t* gamma,
+                                         const th1TensorDesc_t* beta, const th1TensorDesc_t* runningMean,
+                                         const th1TensorDesc_t* runningVar, double epsilon, th1TensorDesc_t* y);
+
+/* ---- softmax along `axis`.  flags: TH1_SOFTMAX_SAFE makes a row that is
+ * entirely -inf come out as zeros (attention with fully masked rows) instead
+ * of NaN; TH1_SOFTMAX_LOG gives log-softmax. */
 #define TH1_SOFTMAX_SAFE 1
+#define TH1_SOFTMAX_LOG 2
 TH1API th1Result_t th1Softmax(const th1TensorDesc_t* x, int axis, int flags, th1TensorDesc_t* y);
+/* gradient from the forward's output y (flags: TH1_SOFTMAX_LOG for log-softmax) */
+TH1API th1Result_t th1SoftmaxBackward(const th1TensorDesc_t* dy, const th1TensorDesc_t* y, int axis, int flags,
+                                      th1TensorDesc_t* dx);
+
+/* ---- loss: negative log likelihood of log-probabilities x [N, C] (or [C]),
+ * target int64/int32 [N] (or []), weight [C] or NULL; reduction 0 none, 1 mean,
+ * 2 sum; totalWeight 0-D.  A target outside [0, C) other than ignoreIndex is
+ * TH1_ERROR_DATA. */
+TH1API th1Result_t th1NllLossForward(const th1TensorDesc_t* x, const th1TensorDesc_t* target,
+                                     const th1TensorDesc_t* weight, int reduction, int64_t ignoreIndex,
+                                     th1TensorDesc_t* loss, th1TensorDesc_t* totalWeight);
+TH1API th1Result_t th1NllLossBackward(const th1TensorDesc_t* dLoss, const th1TensorDesc_t* x,
+                                      const th1TensorDesc_t* target, const th1TensorDesc_t* weight,
+                                      int reduction, int64_t ignoreIndex, const th1TensorDesc_t* totalWeight,
+                                      th1TensorDesc_t* dx);
+
+/* ---- embedding: y = table[indices] (int64/int32 indices, range-checked: TH1_ERROR_DATA) */
+TH1API th1Result_t th1Embedding(const th1TensorDesc_t* table, const th1TensorDesc_t* indices,
+                                th1TensorDesc_t* y);
+/* dTable [numRows, D] = rows of dy summed by index; paddingIdx < 0: none; scaleByFreq divides
+ * each row's sum by how often its index occurs */
+TH1API th1Result_t th1EmbeddingBackward(const th1TensorDesc_t* dy, const th1TensorDesc_t* indices,
+                                        int64_t numRows, int64_t paddingIdx, int scaleByFreq,
+                                        th1TensorDesc_t* dTable);
+
+/* ---- convolution, NCHW (weight OIHW), any stride, padding, dilation, groups */
+TH1API th1Result_t th1ConvolutionForward(const th1TensorDesc_t* x, const th1TensorDesc_t* w,
+                                         const th1TensorDesc_t* bias, const int64_t* stride,
+                                         const int64_t* padding, const int64_t* dilation, int64_t groups,
+                                         th1TensorDesc_t* y);
+/* gradMask[3]: nonzero to compute dx, dw, db (a gradient not asked for may be NULL) */
+TH1API th1Result_t th1ConvolutionBackward(const th1TensorDesc_t* dy, const th1TensorDesc_t* x,
+                                          const th1TensorDesc_t* w, const int64_t* stride,
+                                          const int64_t* padding, const int64_t* dilation, int64_t groups,
+                                          const int64_t* gradMask, th1TensorDesc_t* dx, th1TensorDesc_t* dw,
+                                          th1TensorDesc_t* db);
+
+/* ---- pooling, NCHW.  numStride 0: stride = window.  indices (may be NULL)
+ * hold h * W + w per plane, int64 */
+TH1API th1Result_t th1MaxPool2d(const th1TensorDesc_t* x, const int64_t* window, const int64_t* stride,
+                                int numStride, const int64_t* padding, const int64_t* dilation, int ceilMode,
+                                th1TensorDesc_t* y, th1TensorDesc_t* indices);
+TH1API th1Result_t th1MaxPool2dBackward(const th1TensorDesc_t* dy, const th1TensorDesc_t* indices,
+                                        th1TensorDesc_t* dx);
+/* divisorOverride 0: none */
+TH1API th1Result_t th1AvgPool2d(const th1TensorDesc_t* x, const int64_t* window, const int64_t* stride,
+                                int numStride, const int64_t* padding, int ceilMode, int countIncludePad,
+                                int64_t divisorOverride, th1TensorDesc_t* y);
+TH1API th1Result_t th1AvgPool2dBackward(const th1TensorDesc_t* dy, const int64_t* window,
+                                        const int64_t* stride, int numStride, const int64_t* padding,
+                                        int ceilMode, int countIncludePad, int64_t divisorOverride,
+                                        th1TensorDesc_t* dx);
+TH1API th1Result_t th1AdaptiveAvgPool2d(const th1TensorDesc_t* x, th1TensorDesc_t* y);
+TH1API th1Result_t th1AdaptiveAvgPool2dBackward(const th1TensorDesc_t* dy, th1TensorDesc_t* dx);
+
+/* ---- data movement */
 TH1API th1Result_t th1Copy(const th1TensorDesc_t* src, th1TensorDesc_t* dst);
 TH1API th1Result_t th1Fill(th1TensorDesc_t* dst, double value);
+/* y[i] = start + i * step; y 1-D with exactly ceil((end - start) / step) elements,
+ * float32, bfloat16, int32 or int64 */
+TH1API th1Result_t th1Arange(double start, double end, double step, th1TensorDesc_t* y);
+/* dx = zeros with dy copied into dx.select(axis, index): the gradient of selecting one slice */
+TH1API th1Result_t th1SelectBackward(const th1TensorDesc_t* dy, int axis, int64_t index, th1TensorDesc_t* dx);
+/* y = inputs concatenated along axis (1-D empty inputs are skipped); one dtype */
+TH1API th1Result_t th1Cat(const th1TensorDesc_t* const* inputs, int numInputs, int axis, th1TensorDesc_t* y);
+
+/* ---- profiling: device time of the calling thread's last kernel or copy (launch to
+ * end of call), and of every kernel and copy since th1Init / th1ResetStats, in ns */
+TH1API th1Result_t th1GetLastKernelTime(uint64_t* nanoseconds);
+TH1API th1Result_t th1GetTotalKernelTime(uint64_t* nanoseconds);
+/* ---- debug: the named kernel (a th1GetKernelStats name, "" = off) adds 1 to the
+ * first element of its output; also TH1SIM_CORRUPT=<kernel> at init */
+TH1API th1Result_t th1DebugCorruptKernel(const char* kernelName);
+TH1API th1Result_t th1DebugGetCorruptions(uint64_t* count);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
 #include "x1_runtime.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../common/simcore.h"
@@ -28,6 +29,7 @@
 static const sim_dtype FLOATS[] = {SIM_F32, SIM_F16};
 
 static x1_status_t code(sim_status s) {
+    sim_op_done(); /* every runtime call returns through here: ends the device timer */
     static const x1_status_t map[SIM_E_COUNT] = {
         [SIM_OK] = X1_SUCCESS,
         [SIM_E_INVALID_VALUE] = X1_ERR_INVALID_VALUE,
@@ -175,69 +177,208 @@ X1_API x1_status_t x1_debug_set_faults(const char *spec) { return code(sim_set_f
 
 /* --------------------------------------------------------- elementwise */
 
-static sim_status binary(const char *fn, const char *kernel, simk_binop op, const x1_tensor_t *self,
-                         const x1_tensor_t *other, double alpha, x1_tensor_t *out) {
+static const sim_dtype ARITH[] = {SIM_F32, SIM_F16, SIM_I32, SIM_I64};
+static const sim_dtype BITS[] = {SIM_BOOL, SIM_I8, SIM_U8, SIM_I32, SIM_I64};
+#define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* self op other -> out; `allowed` are the operand dtypes X1 computes for this op */
+static sim_status binary(const char *fn, const char *kernel, simk_binop op, const sim_dtype *allowed,
+                         int nallowed, const x1_tensor_t *self, const x1_tensor_t *other, double alpha,
+                         x1_tensor_t *out, const char *other_name) {
     sim_view a, b, o;
     TRY(sim_require_init(fn));
     TRY(view_of(out, &o, fn, "out", 0));
     TRY(view_of(self, &a, fn, "self", 0));
-    TRY(view_of(other, &b, fn, "other", 0));
-    TRY(need_float(fn, "out", &o));
-    TRY(simk_check_same(fn, "self", &a, &o));
-    TRY(simk_check_same(fn, "other", &b, &o));
-    TRY(sim_launch(kernel, fn));
-    simk_binary(op, &a, &b, alpha, &o);
-    return SIM_OK;
+    TRY(view_of(other, &b, fn, other_name, 0));
+    TRY(simk_check_dtype_in(fn, "self", &a, allowed, nallowed));
+    return simk_binary(fn, kernel, op, &a, &b, alpha, &o);
 }
 
 X1_API x1_status_t x1_add(const x1_tensor_t *self, const x1_tensor_t *other, double alpha,
                           x1_tensor_t *out) {
-    return code(binary("x1_add", "add", SIMK_ADD, self, other, alpha, out));
+    return code(binary("x1_add", "add", SIMK_ADD, ARITH, NELEM(ARITH), self, other, alpha, out, "other"));
 }
 X1_API x1_status_t x1_sub(const x1_tensor_t *self, const x1_tensor_t *other, double alpha,
                           x1_tensor_t *out) {
-    return code(binary("x1_sub", "sub", SIMK_SUB, self, other, alpha, out));
-}
-X1_API x1_status_t x1_mul(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out) {
-    return code(binary("x1_mul", "mul", SIMK_MUL, self, other, 1.0, out));
-}
-X1_API x1_status_t x1_div(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out) {
-    return code(binary("x1_div", "div", SIMK_DIV, self, other, 1.0, out));
+    return code(binary("x1_sub", "sub", SIMK_SUB, ARITH, NELEM(ARITH), self, other, alpha, out, "other"));
 }
 
-static sim_status unary(const char *fn, const char *kernel, simk_unop op, const x1_tensor_t *self,
-                        x1_tensor_t *out) {
+#define X1_BINARY(name, op, set)                                                                     \
+    X1_API x1_status_t x1_##name(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out) { \
+        return code(binary("x1_" #name, #name, op, set, NELEM(set), self, other, 1.0, out, "other"));   \
+    }
+X1_BINARY(mul, SIMK_MUL, ARITH)
+X1_BINARY(div, SIMK_DIV, FLOATS)
+X1_BINARY(maximum, SIMK_MAXIMUM, ARITH)
+X1_BINARY(minimum, SIMK_MINIMUM, ARITH)
+X1_BINARY(eq, SIMK_EQ, ARITH)
+X1_BINARY(ne, SIMK_NE, ARITH)
+X1_BINARY(lt, SIMK_LT, ARITH)
+X1_BINARY(le, SIMK_LE, ARITH)
+X1_BINARY(gt, SIMK_GT, ARITH)
+X1_BINARY(ge, SIMK_GE, ARITH)
+X1_BINARY(bitwise_and, SIMK_BITAND, BITS)
+X1_BINARY(bitwise_or, SIMK_BITOR, BITS)
+X1_BINARY(bitwise_xor, SIMK_BITXOR, BITS)
+
+X1_API x1_status_t x1_pow(const x1_tensor_t *self, const x1_tensor_t *exponent, x1_tensor_t *out) {
+    return code(binary("x1_pow", "pow", SIMK_POW, FLOATS, 2, self, exponent, 1.0, out, "exponent"));
+}
+
+X1_API x1_status_t x1_pow_scalar(const x1_tensor_t *self, double exponent, x1_tensor_t *out) {
+    const char *fn = "x1_pow_scalar";
+    sim_view a, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(self, &a, fn, "self", 0)) || (st = need_float(fn, "self", &a)))
+        return code(st);
+    return code(simk_pow_scalar(fn, "pow_scalar", &a, exponent, &o));
+}
+
+X1_API x1_status_t x1_div_scalar(const x1_tensor_t *self, double other, x1_tensor_t *out) {
+    const char *fn = "x1_div_scalar";
+    sim_view a, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(self, &a, fn, "self", 0)) || (st = need_float(fn, "self", &a)))
+        return code(st);
+    return code(simk_div_scalar(fn, "div_scalar", &a, other, &o));
+}
+
+static sim_status unary(const char *fn, const char *kernel, simk_unop op, const sim_dtype *allowed, int nallowed,
+                        const x1_tensor_t *self, x1_tensor_t *out) {
     sim_view a, o;
     TRY(sim_require_init(fn));
     TRY(view_of(out, &o, fn, "out", 0));
     TRY(view_of(self, &a, fn, "self", 0));
-    TRY(need_float(fn, "out", &o));
-    TRY(simk_check_same(fn, "self", &a, &o));
-    TRY(sim_launch(kernel, fn));
-    simk_unary(op, &a, &o);
-    return SIM_OK;
+    TRY(simk_check_dtype_in(fn, "self", &a, allowed, nallowed));
+    return simk_unary(fn, kernel, op, &a, &o);
 }
 
-#define X1_UNARY(name, op)                                                      \
-    X1_API x1_status_t x1_##name(const x1_tensor_t *self, x1_tensor_t *out) {   \
-        return code(unary("x1_" #name, #name, op, self, out));                   \
+#define X1_UNARY(name, op, set)                                                  \
+    X1_API x1_status_t x1_##name(const x1_tensor_t *self, x1_tensor_t *out) {    \
+        return code(unary("x1_" #name, #name, op, set, NELEM(set), self, out));   \
     }
-X1_UNARY(relu, SIMK_RELU)
-X1_UNARY(sigmoid, SIMK_SIGMOID)
-X1_UNARY(tanh, SIMK_TANH)
-X1_UNARY(exp, SIMK_EXP)
-X1_UNARY(neg, SIMK_NEG)
-X1_UNARY(sqrt, SIMK_SQRT)
-X1_UNARY(rsqrt, SIMK_RSQRT)
+X1_UNARY(relu, SIMK_RELU, FLOATS)
+X1_UNARY(silu, SIMK_SILU, FLOATS)
+X1_UNARY(sigmoid, SIMK_SIGMOID, FLOATS)
+X1_UNARY(tanh, SIMK_TANH, FLOATS)
+X1_UNARY(exp, SIMK_EXP, FLOATS)
+X1_UNARY(log, SIMK_LOG, FLOATS)
+X1_UNARY(sqrt, SIMK_SQRT, FLOATS)
+X1_UNARY(rsqrt, SIMK_RSQRT, FLOATS)
+X1_UNARY(reciprocal, SIMK_RECIPROCAL, FLOATS)
+X1_UNARY(cos, SIMK_COS, FLOATS)
+X1_UNARY(sin, SIMK_SIN, FLOATS)
+X1_UNARY(neg, SIMK_NEG, ARITH)
+X1_UNARY(abs, SIMK_ABS, ARITH)
+X1_UNARY(bitwise_not, SIMK_BITNOT, BITS)
+
+static int gelu_mode(const char *approximate, simk_unop *op) {
+    if (!approximate || strcmp(approximate, "none") == 0) *op = SIMK_GELU;
+    else if (strcmp(approximate, "tanh") == 0) *op = SIMK_GELU_TANH;
+    else return 0;
+    return 1;
+}
 
 X1_API x1_status_t x1_gelu(const x1_tensor_t *self, const char *approximate, x1_tensor_t *out) {
     simk_unop op;
-    if (!approximate || strcmp(approximate, "none") == 0) op = SIMK_GELU;
-    else if (strcmp(approximate, "tanh") == 0) op = SIMK_GELU_TANH;
-    else
+    if (!gelu_mode(approximate, &op))
         return code(sim_fail(SIM_E_INVALID_VALUE, "x1_gelu",
                              "approximate='%s' (expected 'none' or 'tanh')", approximate));
-    return code(unary("x1_gelu", "gelu", op, self, out));
+    return code(unary("x1_gelu", "gelu", op, FLOATS, 2, self, out));
+}
+
+static sim_status addc(const char *fn, const char *kernel, int div, const x1_tensor_t *self,
+                       const x1_tensor_t *tensor1, const x1_tensor_t *tensor2, double value, x1_tensor_t *out) {
+    sim_view s, a, b, o;
+    TRY(sim_require_init(fn));
+    TRY(view_of(out, &o, fn, "out", 0));
+    TRY(view_of(self, &s, fn, "self", 0));
+    TRY(view_of(tensor1, &a, fn, "tensor1", 0));
+    TRY(view_of(tensor2, &b, fn, "tensor2", 0));
+    TRY(need_float(fn, "self", &s));
+    return simk_addc(fn, kernel, div, &s, &a, &b, value, &o);
+}
+
+X1_API x1_status_t x1_addcmul(const x1_tensor_t *self, const x1_tensor_t *tensor1,
+                              const x1_tensor_t *tensor2, double value, x1_tensor_t *out) {
+    return code(addc("x1_addcmul", "addcmul", 0, self, tensor1, tensor2, value, out));
+}
+X1_API x1_status_t x1_addcdiv(const x1_tensor_t *self, const x1_tensor_t *tensor1,
+                              const x1_tensor_t *tensor2, double value, x1_tensor_t *out) {
+    return code(addc("x1_addcdiv", "addcdiv", 1, self, tensor1, tensor2, value, out));
+}
+
+X1_API x1_status_t x1_lerp(const x1_tensor_t *self, const x1_tensor_t *end, double weight,
+                           x1_tensor_t *out) {
+    const char *fn = "x1_lerp";
+    sim_view s, e, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(self, &s, fn, "self", 0)) || (st = view_of(end, &e, fn, "end", 0)) ||
+        (st = need_float(fn, "self", &s)))
+        return code(st);
+    return code(simk_lerp(fn, "lerp", &s, &e, weight, &o));
+}
+
+X1_API x1_status_t x1_where(const x1_tensor_t *condition, const x1_tensor_t *self,
+                            const x1_tensor_t *other, x1_tensor_t *out) {
+    const char *fn = "x1_where";
+    sim_view c, a, b, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(condition, &c, fn, "condition", 0)) || (st = view_of(self, &a, fn, "self", 0)) ||
+        (st = view_of(other, &b, fn, "other", 0)))
+        return code(st);
+    return code(simk_where(fn, "where", &c, &a, &b, &o));
+}
+
+X1_API x1_status_t x1_masked_fill(const x1_tensor_t *self, const x1_tensor_t *mask, double value,
+                                  x1_tensor_t *out) {
+    const char *fn = "x1_masked_fill";
+    sim_view s, m, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(self, &s, fn, "self", 0)) || (st = view_of(mask, &m, fn, "mask", 0)))
+        return code(st);
+    return code(simk_masked_fill(fn, "masked_fill", &s, &m, value, &o));
+}
+
+static sim_status grad1(const char *fn, const char *kernel, simk_gradop op, const x1_tensor_t *grad_output,
+                        const x1_tensor_t *x, const char *xname, double param, x1_tensor_t *out) {
+    sim_view g, v, o;
+    TRY(sim_require_init(fn));
+    TRY(view_of(out, &o, fn, "out", 0));
+    TRY(view_of(grad_output, &g, fn, "grad_output", 0));
+    TRY(view_of(x, &v, fn, xname, 0));
+    TRY(need_float(fn, "grad_output", &g));
+    return simk_pointwise_grad(fn, kernel, op, &g, &v, param, &o);
+}
+
+X1_API x1_status_t x1_gelu_backward(const x1_tensor_t *grad_output, const x1_tensor_t *self,
+                                    const char *approximate, x1_tensor_t *out) {
+    simk_unop op;
+    if (!gelu_mode(approximate, &op))
+        return code(sim_fail(SIM_E_INVALID_VALUE, "x1_gelu_backward",
+                             "approximate='%s' (expected 'none' or 'tanh')", approximate));
+    return code(grad1("x1_gelu_backward", "gelu_backward", op == SIMK_GELU ? SIMK_GRAD_GELU : SIMK_GRAD_GELU_TANH,
+                      grad_output, self, "self", 0, out));
+}
+X1_API x1_status_t x1_threshold_backward(const x1_tensor_t *grad_output, const x1_tensor_t *self,
+                                         double threshold, x1_tensor_t *out) {
+    return code(grad1("x1_threshold_backward", "threshold_backward", SIMK_GRAD_THRESHOLD, grad_output, self,
+                      "self", threshold, out));
+}
+X1_API x1_status_t x1_sigmoid_backward(const x1_tensor_t *grad_output, const x1_tensor_t *output,
+                                       x1_tensor_t *out) {
+    return code(grad1("x1_sigmoid_backward", "sigmoid_backward", SIMK_GRAD_SIGMOID_Y, grad_output, output,
+                      "output", 0, out));
+}
+X1_API x1_status_t x1_tanh_backward(const x1_tensor_t *grad_output, const x1_tensor_t *output,
+                                    x1_tensor_t *out) {
+    return code(grad1("x1_tanh_backward", "tanh_backward", SIMK_GRAD_TANH_Y, grad_output, output, "output", 0,
+                      out));
 }
 
 /* -------------------------------------------------------------- matrix */
@@ -321,51 +462,80 @@ static sim_status need_nhwc(const char *fn, const char *what, const sim_view *v)
     return SIM_OK;
 }
 
+static sim_status conv_limits(const char *fn, const int64_t *stride, const int64_t *padding,
+                              const int64_t *dilation, int64_t groups) {
+    static const int64_t strides_ok[] = {1, 2, 4}, pads_ok[] = {0, 1, 2}, groups_ok[] = {1, 2, 4};
+    if (!stride || !padding || !dilation)
+        return sim_fail(SIM_E_INVALID_VALUE, fn, "stride, padding and dilation are required");
+    for (int i = 0; i < 2; i++) {
+        if (!in_set(stride[i], strides_ok, 3))
+            return sim_fail(SIM_E_UNSUPPORTED, fn, "stride=%lld not in {1, 2, 4}", (long long)stride[i]);
+        if (!in_set(padding[i], pads_ok, 3))
+            return sim_fail(SIM_E_UNSUPPORTED, fn, "padding=%lld not in {0, 1, 2}", (long long)padding[i]);
+        if (dilation[i] != 1)
+            return sim_fail(SIM_E_UNSUPPORTED, fn, "dilation=%lld (only 1 is supported)", (long long)dilation[i]);
+    }
+    if (!in_set(groups, groups_ok, 3))
+        return sim_fail(SIM_E_UNSUPPORTED, fn, "groups=%lld not in {1, 2, 4}", (long long)groups);
+    return SIM_OK;
+}
+
+/* Revision 1 silicon convolves float16 only; revision 2 float32 too. */
+static sim_status conv_dtype(const char *fn, const char *what, const sim_view *v) {
+#if X1_SIM_REVISION >= 2
+    return need_float(fn, what, v);
+#else
+    if (v->dtype != SIM_F16)
+        return sim_fail(SIM_E_UNSUPPORTED, fn, "%s dtype %s: X1 revision 1 convolves float16 only", what,
+                        sim_dtype_name(v->dtype));
+    return SIM_OK;
+#endif
+}
+
 X1_API x1_status_t x1_conv2d(const x1_tensor_t *input, const x1_tensor_t *weight,
                              const x1_tensor_t *bias, const int64_t *stride,
                              const int64_t *padding, const int64_t *dilation, int64_t groups,
                              x1_tensor_t *out) {
     const char *fn = "x1_conv2d";
-    static const int64_t strides_ok[] = {1, 2, 4}, pads_ok[] = {0, 1, 2}, groups_ok[] = {1, 2, 4};
     sim_view in, w, b, o;
     sim_status st;
-    if ((st = sim_require_init(fn))) return code(st);
-    if (!stride || !padding || !dilation)
-        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "stride, padding and dilation are required"));
-    for (int i = 0; i < 2; i++) {
-        if (!in_set(stride[i], strides_ok, 3))
-            return code(sim_fail(SIM_E_UNSUPPORTED, fn, "stride=%lld not in {1, 2, 4}",
-                                 (long long)stride[i]));
-        if (!in_set(padding[i], pads_ok, 3))
-            return code(sim_fail(SIM_E_UNSUPPORTED, fn, "padding=%lld not in {0, 1, 2}",
-                                 (long long)padding[i]));
-        if (dilation[i] != 1)
-            return code(sim_fail(SIM_E_UNSUPPORTED, fn, "dilation=%lld (only 1 is supported)",
-                                 (long long)dilation[i]));
-    }
-    if (!in_set(groups, groups_ok, 3))
-        return code(sim_fail(SIM_E_UNSUPPORTED, fn, "groups=%lld not in {1, 2, 4}", (long long)groups));
-    if ((st = view_of(out, &o, fn, "out", 0)) || (st = view_of(input, &in, fn, "input", 0)) ||
-        (st = view_of(weight, &w, fn, "weight", 0)) || (st = view_of(bias, &b, fn, "bias", 1)))
-        return code(st);
-#if X1_SIM_REVISION >= 2
-    if ((st = need_float(fn, "input", &in))) return code(st);
-#else
-    if (in.dtype != SIM_F16)
-        return code(sim_fail(SIM_E_UNSUPPORTED, fn,
-                             "input dtype %s: X1 revision 1 convolves float16 only",
-                             sim_dtype_name(in.dtype)));
-#endif
-    if ((st = need_nhwc(fn, "input", &in)) || (st = need_nhwc(fn, "weight (OHWI)", &w)))
+    if ((st = sim_require_init(fn)) || (st = conv_limits(fn, stride, padding, dilation, groups)) ||
+        (st = view_of(out, &o, fn, "out", 0)) || (st = view_of(input, &in, fn, "input", 0)) ||
+        (st = view_of(weight, &w, fn, "weight", 0)) || (st = view_of(bias, &b, fn, "bias", 1)) ||
+        (st = conv_dtype(fn, "input", &in)) || (st = need_nhwc(fn, "input", &in)) ||
+        (st = need_nhwc(fn, "weight (OHWI)", &w)))
         return code(st);
     return code(simk_conv2d_nhwc(fn, "conv2d", &in, &w, &b, stride, padding, dilation, groups, &o));
 }
 
-/* Shared checks for the pools: NHWC input, positive window, PyTorch's limits. */
-static sim_status pool_setup(const char *fn, const x1_tensor_t *self, x1_tensor_t *out,
-                             sim_view *in, sim_view *o, const int64_t *k, const int64_t *stride,
-                             int64_t stride_len, const int64_t *pad, int64_t s[2]) {
-    TRY(sim_require_init(fn));
+X1_API x1_status_t x1_conv2d_backward(const x1_tensor_t *grad_output, const x1_tensor_t *input,
+                                      const x1_tensor_t *weight, const int64_t *stride,
+                                      const int64_t *padding, const int64_t *dilation, int64_t groups,
+                                      const int64_t *output_mask, x1_tensor_t *grad_input,
+                                      x1_tensor_t *grad_weight, x1_tensor_t *grad_bias) {
+    const char *fn = "x1_conv2d_backward";
+    sim_view g, in, w, gi, gw, gb;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = conv_limits(fn, stride, padding, dilation, groups))) return code(st);
+    if (!output_mask) return code(sim_fail(SIM_E_INVALID_VALUE, fn, "output_mask is NULL"));
+    x1_tensor_t *outs[3] = {grad_input, grad_weight, grad_bias};
+    sim_view *views[3] = {&gi, &gw, &gb};
+    const char *names[3] = {"grad_input", "grad_weight", "grad_bias"};
+    for (int i = 0; i < 3; i++)
+        if ((st = view_of(output_mask[i] ? outs[i] : NULL, views[i], fn, names[i], !output_mask[i])))
+            return code(st);
+    if ((st = view_of(grad_output, &g, fn, "grad_output", 0)) || (st = view_of(input, &in, fn, "input", 0)) ||
+        (st = view_of(weight, &w, fn, "weight", 0)) || (st = conv_dtype(fn, "input", &in)) ||
+        (st = need_nhwc(fn, "grad_output", &g)) || (st = need_nhwc(fn, "input", &in)) ||
+        (st = need_nhwc(fn, "weight (OHWI)", &w)))
+        return code(st);
+    return code(simk_conv2d_backward_nhwc(fn, "conv2d_backward", &g, &in, &w, stride, padding, dilation, groups,
+                                          &gi, &gw, &gb));
+}
+
+/* The window, stride (stride_len 0: the window) and padding, PyTorch's limits and the NPU's. */
+static sim_status pool_window(const char *fn, const int64_t *k, const int64_t *stride, int64_t stride_len,
+                              const int64_t *pad, int64_t s[2]) {
     if (!k || !pad) return sim_fail(SIM_E_INVALID_VALUE, fn, "kernel_size and padding are required");
     if (stride_len != 0 && stride_len != 2)
         return sim_fail(SIM_E_INVALID_VALUE, fn, "stride_len=%lld (expected 0 or 2)",
@@ -380,6 +550,15 @@ static sim_status pool_setup(const char *fn, const x1_tensor_t *self, x1_tensor_
             return sim_fail(SIM_E_INVALID_VALUE, fn, "padding %lld must be in [0, kernel_size/2]",
                             (long long)pad[i]);
     }
+    return SIM_OK;
+}
+
+/* Shared checks for the pools: the window, then a contiguous NHWC float input. */
+static sim_status pool_setup(const char *fn, const x1_tensor_t *self, x1_tensor_t *out,
+                             sim_view *in, sim_view *o, const int64_t *k, const int64_t *stride,
+                             int64_t stride_len, const int64_t *pad, int64_t s[2]) {
+    TRY(sim_require_init(fn));
+    TRY(pool_window(fn, k, stride, stride_len, pad, s));
     TRY(view_of(out, o, fn, "out", 0));
     TRY(view_of(self, in, fn, "self", 0));
     TRY(need_float(fn, "self", in));
@@ -387,12 +566,12 @@ static sim_status pool_setup(const char *fn, const x1_tensor_t *self, x1_tensor_
     return SIM_OK;
 }
 
-static sim_status check_pool_out(const char *fn, const sim_view *in, const sim_view *o,
+static sim_status check_pool_out(const char *fn, const char *what, const sim_view *in, const sim_view *o,
                                  int64_t oh, int64_t ow) {
     if (oh <= 0 || ow <= 0) return sim_fail(SIM_E_INVALID_VALUE, fn, "output would be empty");
     if (o->ndim != 4 || o->shape[0] != in->shape[0] || o->shape[1] != oh || o->shape[2] != ow ||
         o->shape[3] != in->shape[3])
-        return sim_fail(SIM_E_INVALID_VALUE, fn, "out must be NHWC [%lld, %lld, %lld, %lld]",
+        return sim_fail(SIM_E_INVALID_VALUE, fn, "%s must be NHWC [%lld, %lld, %lld, %lld]", what,
                         (long long)in->shape[0], (long long)oh, (long long)ow,
                         (long long)in->shape[3]);
     return SIM_OK;
@@ -412,7 +591,7 @@ X1_API x1_status_t x1_max_pool2d(const x1_tensor_t *self, const int64_t *kernel_
     if ((st = view_of(indices, &idx, fn, "indices", 1))) return code(st);
     int64_t oh = simk_pool_out(in.shape[1], kernel_size[0], s[0], padding[0], dilation[0], ceil_mode);
     int64_t ow = simk_pool_out(in.shape[2], kernel_size[1], s[1], padding[1], dilation[1], ceil_mode);
-    if ((st = check_pool_out(fn, &in, &o, oh, ow))) return code(st);
+    if ((st = check_pool_out(fn, "out", &in, &o, oh, ow))) return code(st);
     return code(simk_max_pool2d_nhwc(fn, "max_pool2d", &in, kernel_size, s, padding, dilation, &o, &idx));
 }
 
@@ -429,7 +608,7 @@ X1_API x1_status_t x1_avg_pool2d(const x1_tensor_t *self, const int64_t *kernel_
         return code(sim_fail(SIM_E_INVALID_VALUE, fn, "divisor_override must be > 0 (0 = none)"));
     int64_t oh = simk_pool_out(in.shape[1], kernel_size[0], s[0], padding[0], 1, ceil_mode);
     int64_t ow = simk_pool_out(in.shape[2], kernel_size[1], s[1], padding[1], 1, ceil_mode);
-    if ((st = check_pool_out(fn, &in, &o, oh, ow))) return code(st);
+    if ((st = check_pool_out(fn, "out", &in, &o, oh, ow))) return code(st);
     return code(simk_avg_pool2d_nhwc(fn, "avg_pool2d", &in, kernel_size, s, padding, count_include_pad,
                                      divisor_override, &o));
 }
@@ -444,8 +623,55 @@ X1_API x1_status_t x1_adaptive_avg_pool2d(const x1_tensor_t *self, const int64_t
     if ((st = view_of(out, &o, fn, "out", 0)) || (st = view_of(self, &in, fn, "self", 0)) ||
         (st = need_float(fn, "self", &in)) || (st = need_nhwc(fn, "self", &in)))
         return code(st);
-    if ((st = check_pool_out(fn, &in, &o, output_size[0], output_size[1]))) return code(st);
+    if ((st = check_pool_out(fn, "out", &in, &o, output_size[0], output_size[1]))) return code(st);
     return code(simk_adaptive_avg_pool2d_nhwc(fn, "adaptive_avg_pool2d", &in, &o));
+}
+
+X1_API x1_status_t x1_max_pool2d_backward(const x1_tensor_t *grad_output, const x1_tensor_t *indices,
+                                          x1_tensor_t *out) {
+    const char *fn = "x1_max_pool2d_backward";
+    sim_view g, i, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(grad_output, &g, fn, "grad_output", 0)) || (st = view_of(indices, &i, fn, "indices", 0)) ||
+        (st = need_float(fn, "grad_output", &g)) || (st = need_nhwc(fn, "grad_output", &g)) ||
+        (st = need_nhwc(fn, "indices", &i)))
+        return code(st);
+    return code(simk_max_pool2d_backward_nhwc(fn, "max_pool2d_backward", &g, &i, &o));
+}
+
+X1_API x1_status_t x1_avg_pool2d_backward(const x1_tensor_t *grad_output, const int64_t *kernel_size,
+                                          const int64_t *stride, int64_t stride_len,
+                                          const int64_t *padding, bool ceil_mode,
+                                          bool count_include_pad, int64_t divisor_override,
+                                          x1_tensor_t *out) {
+    const char *fn = "x1_avg_pool2d_backward";
+    sim_view g, o;
+    int64_t s[2];
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = pool_window(fn, kernel_size, stride, stride_len, padding, s)) ||
+        (st = view_of(out, &o, fn, "out", 0)) || (st = view_of(grad_output, &g, fn, "grad_output", 0)) ||
+        (st = need_float(fn, "grad_output", &g)) || (st = need_nhwc(fn, "grad_output", &g)))
+        return code(st);
+    if (o.ndim != 4) return code(sim_fail(SIM_E_INVALID_VALUE, fn, "out must be 4-D (NHWC), got %d-D", o.ndim));
+    if (divisor_override < 0)
+        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "divisor_override must be > 0 (0 = none)"));
+    int64_t oh = simk_pool_out(o.shape[1], kernel_size[0], s[0], padding[0], 1, ceil_mode);
+    int64_t ow = simk_pool_out(o.shape[2], kernel_size[1], s[1], padding[1], 1, ceil_mode);
+    if ((st = check_pool_out(fn, "grad_output", &o, &g, oh, ow))) return code(st);
+    return code(simk_avg_pool2d_backward_nhwc(fn, "avg_pool2d_backward", &g, kernel_size, s, padding,
+                                              count_include_pad, divisor_override, &o));
+}
+
+X1_API x1_status_t x1_adaptive_avg_pool2d_backward(const x1_tensor_t *grad_output, x1_tensor_t *out) {
+    const char *fn = "x1_adaptive_avg_pool2d_backward";
+    sim_view g, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(grad_output, &g, fn, "grad_output", 0)) || (st = need_float(fn, "grad_output", &g)) ||
+        (st = need_nhwc(fn, "grad_output", &g)))
+        return code(st);
+    return code(simk_adaptive_avg_pool2d_backward_nhwc(fn, "adaptive_avg_pool2d_backward", &g, &o));
 }
 
 /* ------------------------------------------------- norm, reduce, misc */
@@ -494,34 +720,13 @@ X1_API x1_status_t x1_layer_norm(const x1_tensor_t *input, const int64_t *normal
 static sim_status reduce(const char *fn, const char *kernel, int mean, const x1_tensor_t *self,
                          const int64_t *dim, int64_t dim_len, bool keepdim, x1_tensor_t *out) {
     sim_view in, o;
+    uint32_t mask;
     TRY(sim_require_init(fn));
     TRY(view_of(out, &o, fn, "out", 0));
     TRY(view_of(self, &in, fn, "self", 0));
     TRY(need_float(fn, "self", &in));
     TRY(need_float(fn, "out", &o));
-    if (dim_len < 0 || (dim_len > 0 && !dim))
-        return sim_fail(SIM_E_INVALID_VALUE, fn, "bad dim list");
-    uint32_t mask = 0;
-    for (int64_t i = 0; i < dim_len; i++) {
-        int64_t d = dim[i] < 0 ? dim[i] + in.ndim : dim[i];
-        if (d < 0 || d >= (in.ndim ? in.ndim : 1))
-            return sim_fail(SIM_E_INVALID_VALUE, fn, "dim %lld out of range for %d-D input",
-                            (long long)dim[i], in.ndim);
-        if (mask & (1u << d))
-            return sim_fail(SIM_E_INVALID_VALUE, fn, "dim %lld appears twice", (long long)dim[i]);
-        mask |= 1u << d;
-    }
-    if (dim_len == 0) mask = (1u << in.ndim) - 1u;
-    int expect_nd = 0;
-    for (int d = 0; d < in.ndim; d++)
-        if (keepdim || !(mask & (1u << d))) {
-            int64_t want = (mask & (1u << d)) ? 1 : in.shape[d];
-            if (expect_nd >= o.ndim || o.shape[expect_nd] != want)
-                return sim_fail(SIM_E_INVALID_VALUE, fn, "out shape does not match the reduction");
-            expect_nd++;
-        }
-    if (expect_nd != o.ndim)
-        return sim_fail(SIM_E_INVALID_VALUE, fn, "out has %d dims, expected %d", o.ndim, expect_nd);
+    TRY(simk_reduce_dims(fn, &in, dim, dim_len, keepdim, &o, &mask));
     return simk_reduce(fn, kernel, &in, mask, mean, &o);
 }
 
@@ -534,6 +739,67 @@ X1_API x1_status_t x1_mean(const x1_tensor_t *self, const int64_t *dim, int64_t 
     return code(reduce("x1_mean", "mean", 1, self, dim, dim_len, keepdim, out));
 }
 
+X1_API x1_status_t x1_logsumexp(const x1_tensor_t *self, const int64_t *dim, int64_t dim_len,
+                                bool keepdim, x1_tensor_t *out) {
+    const char *fn = "x1_logsumexp";
+    sim_view in, o;
+    uint32_t mask;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(self, &in, fn, "self", 0)) || (st = need_float(fn, "self", &in)) ||
+        (st = simk_reduce_dims(fn, &in, dim, dim_len, keepdim, &o, &mask)))
+        return code(st);
+    return code(simk_logsumexp(fn, "logsumexp", &in, mask, &o));
+}
+
+X1_API x1_status_t x1_var_mean(const x1_tensor_t *self, const int64_t *dim, int64_t dim_len,
+                               double correction, bool keepdim, x1_tensor_t *var, x1_tensor_t *mean) {
+    const char *fn = "x1_var_mean";
+    sim_view in, v, m;
+    uint32_t mask;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(var, &v, fn, "var", 0)) ||
+        (st = view_of(mean, &m, fn, "mean", 0)) || (st = view_of(self, &in, fn, "self", 0)) ||
+        (st = need_float(fn, "self", &in)) || (st = simk_reduce_dims(fn, &in, dim, dim_len, keepdim, &v, &mask)) ||
+        (st = simk_reduce_dims(fn, &in, dim, dim_len, keepdim, &m, &mask)))
+        return code(st);
+    return code(simk_var_mean(fn, "var_mean", &in, mask, correction, &v, &m));
+}
+
+X1_API x1_status_t x1_layer_norm_backward(const x1_tensor_t *grad_out, const x1_tensor_t *input,
+                                          const int64_t *normalized_shape, int64_t normalized_shape_len,
+                                          const x1_tensor_t *mean, const x1_tensor_t *rstd,
+                                          const x1_tensor_t *weight, const int64_t *output_mask,
+                                          x1_tensor_t *grad_input, x1_tensor_t *grad_weight,
+                                          x1_tensor_t *grad_bias) {
+    const char *fn = "x1_layer_norm_backward";
+    sim_view g, in, m, r, w, gi, gw, gb;
+    sim_status st;
+    if ((st = sim_require_init(fn))) return code(st);
+    if (!output_mask) return code(sim_fail(SIM_E_INVALID_VALUE, fn, "output_mask is NULL"));
+    x1_tensor_t *outs[3] = {grad_input, grad_weight, grad_bias};
+    sim_view *views[3] = {&gi, &gw, &gb};
+    const char *names[3] = {"grad_input", "grad_weight", "grad_bias"};
+    for (int i = 0; i < 3; i++)
+        if ((st = view_of(output_mask[i] ? outs[i] : NULL, views[i], fn, names[i], !output_mask[i])))
+            return code(st);
+    if ((st = view_of(grad_out, &g, fn, "grad_out", 0)) || (st = view_of(input, &in, fn, "input", 0)) ||
+        (st = view_of(mean, &m, fn, "mean", 0)) || (st = view_of(rstd, &r, fn, "rstd", 0)) ||
+        (st = view_of(weight, &w, fn, "weight", 1)) || (st = need_float(fn, "input", &in)))
+        return code(st);
+    if (!normalized_shape || normalized_shape_len < 1 || normalized_shape_len > in.ndim)
+        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "normalized_shape has %lld dims for a %d-D input",
+                             (long long)normalized_shape_len, in.ndim));
+    for (int64_t i = 0; i < normalized_shape_len; i++)
+        if (normalized_shape[i] != in.shape[in.ndim - normalized_shape_len + i])
+            return code(sim_fail(SIM_E_INVALID_VALUE, fn,
+                                 "normalized_shape does not match the input's trailing dims"));
+    if ((gw.present || gb.present) && !w.present)
+        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "grad_weight and grad_bias need weight (an affine layer norm)"));
+    return code(simk_layer_norm_backward(fn, "layer_norm_backward", &g, &in, normalized_shape_len, &m, &r, &w,
+                                         &gi, &gw, &gb));
+}
+
 X1_API x1_status_t x1_embedding(const x1_tensor_t *weight, const x1_tensor_t *indices,
                                 x1_tensor_t *out) {
     const char *fn = "x1_embedding";
@@ -544,6 +810,51 @@ X1_API x1_status_t x1_embedding(const x1_tensor_t *weight, const x1_tensor_t *in
         (st = need_float(fn, "weight", &w)))
         return code(st);
     return code(simk_embedding(fn, "embedding", &w, &i, &o));
+}
+
+X1_API x1_status_t x1_embedding_backward(const x1_tensor_t *grad_output, const x1_tensor_t *indices,
+                                         int64_t num_weights, int64_t padding_idx,
+                                         bool scale_grad_by_freq, x1_tensor_t *out) {
+    const char *fn = "x1_embedding_backward";
+    sim_view g, i, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(grad_output, &g, fn, "grad_output", 0)) || (st = view_of(indices, &i, fn, "indices", 0)) ||
+        (st = need_float(fn, "grad_output", &g)))
+        return code(st);
+    return code(simk_embedding_backward(fn, "embedding_backward", &g, &i, num_weights, padding_idx,
+                                        scale_grad_by_freq, &o));
+}
+
+X1_API x1_status_t x1_nll_loss_forward(const x1_tensor_t *self, const x1_tensor_t *target,
+                                       const x1_tensor_t *weight, int64_t reduction,
+                                       int64_t ignore_index, x1_tensor_t *output,
+                                       x1_tensor_t *total_weight) {
+    const char *fn = "x1_nll_loss_forward";
+    sim_view in, t, w, o, tw;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(output, &o, fn, "output", 0)) ||
+        (st = view_of(total_weight, &tw, fn, "total_weight", 0)) || (st = view_of(self, &in, fn, "self", 0)) ||
+        (st = view_of(target, &t, fn, "target", 0)) || (st = view_of(weight, &w, fn, "weight", 1)) ||
+        (st = need_float(fn, "self", &in)))
+        return code(st);
+    return code(simk_nll_loss(fn, "nll_loss", &in, &t, &w, reduction, ignore_index, &o, &tw));
+}
+
+X1_API x1_status_t x1_nll_loss_backward(const x1_tensor_t *grad_output, const x1_tensor_t *self,
+                                        const x1_tensor_t *target, const x1_tensor_t *weight,
+                                        int64_t reduction, int64_t ignore_index,
+                                        const x1_tensor_t *total_weight, x1_tensor_t *out) {
+    const char *fn = "x1_nll_loss_backward";
+    sim_view g, in, t, w, tw, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(grad_output, &g, fn, "grad_output", 0)) || (st = view_of(self, &in, fn, "self", 0)) ||
+        (st = view_of(target, &t, fn, "target", 0)) || (st = view_of(weight, &w, fn, "weight", 1)) ||
+        (st = view_of(total_weight, &tw, fn, "total_weight", 0)) || (st = need_float(fn, "self", &in)))
+        return code(st);
+    return code(simk_nll_loss_backward(fn, "nll_loss_backward", &g, &in, &t, &w, reduction, ignore_index, &tw,
+                                       &o));
 }
 
 X1_API x1_status_t x1_copy(const x1_tensor_t *src, x1_tensor_t *dst) {
@@ -568,12 +879,107 @@ X1_API x1_status_t x1_fill(x1_tensor_t *self, double value) {
     return X1_SUCCESS;
 }
 
-X1_API x1_status_t custom_softmax_x1(const x1_tensor_t *self, int64_t dim, x1_tensor_t *out) {
-    const char *fn = "custom_softmax_x1";
-    sim_view in, o;
+X1_API x1_status_t x1_arange(double start, double end, double step, x1_tensor_t *out) {
+    const char *fn = "x1_arange";
+    sim_view o;
     sim_status st;
     if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
-        (st = view_of(self, &in, fn, "self", 0)) || (st = need_float(fn, "self", &in)))
+        (st = simk_check_dtype_in(fn, "out", &o, ARITH, NELEM(ARITH))))
         return code(st);
-    return code(simk_softmax(fn, "custom_softmax", &in, dim, 0, 1, &o));
+    return code(simk_arange(fn, "arange", start, end, step, &o));
+}
+
+X1_API x1_status_t x1_select_backward(const x1_tensor_t *grad_output, int64_t dim, int64_t index,
+                                      x1_tensor_t *out) {
+    const char *fn = "x1_select_backward";
+    sim_view g, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(grad_output, &g, fn, "grad_output", 0)))
+        return code(st);
+    return code(simk_select_backward(fn, "select_backward", &g, dim, index, &o));
+}
+
+X1_API x1_status_t x1_cat(const x1_tensor_t *const *tensors, int32_t tensors_len, int64_t dim,
+                          x1_tensor_t *out) {
+    const char *fn = "x1_cat";
+    sim_view o;
+    sim_status st;
+    if ((st = sim_require_init(fn))) return code(st);
+    if (!tensors || tensors_len < 1)
+        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "needs at least one tensor (tensors_len=%d)", (int)tensors_len));
+    if ((st = view_of(out, &o, fn, "out", 0))) return code(st);
+    sim_view *views = malloc((size_t)tensors_len * sizeof *views);
+    if (!views) abort();
+    for (int32_t i = 0; i < tensors_len && !st; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "tensors[%d]", (int)i);
+        st = view_of(tensors[i], &views[i], fn, what, 0);
+    }
+    if (!st) st = simk_cat(fn, "cat", views, tensors_len, dim, &o);
+    free(views);
+    return code(st);
+}
+
+/* --------------------------------------------------------- softmax family */
+
+static sim_status softmax_like(const char *fn, const char *kernel, unsigned flags, const x1_tensor_t *self,
+                               int64_t dim, x1_tensor_t *out) {
+    sim_view in, o;
+    TRY(sim_require_init(fn));
+    TRY(view_of(out, &o, fn, "out", 0));
+    TRY(view_of(self, &in, fn, "self", 0));
+    TRY(need_float(fn, "self", &in));
+    return simk_softmax(fn, kernel, &in, dim, flags, &o);
+}
+
+X1_API x1_status_t custom_softmax_x1(const x1_tensor_t *self, int64_t dim, x1_tensor_t *out) {
+    return code(softmax_like("custom_softmax_x1", "custom_softmax", SIMK_SOFTMAX_GENERIC, self, dim, out));
+}
+X1_API x1_status_t custom_safe_softmax_x1(const x1_tensor_t *self, int64_t dim, x1_tensor_t *out) {
+    return code(softmax_like("custom_safe_softmax_x1", "custom_safe_softmax",
+                             SIMK_SOFTMAX_GENERIC | SIMK_SOFTMAX_SAFE, self, dim, out));
+}
+X1_API x1_status_t x1_log_softmax(const x1_tensor_t *self, int64_t dim, x1_tensor_t *out) {
+    return code(softmax_like("x1_log_softmax", "log_softmax", SIMK_SOFTMAX_LOG, self, dim, out));
+}
+
+static sim_status softmax_grad(const char *fn, const char *kernel, int log, const x1_tensor_t *grad_output,
+                               const x1_tensor_t *output, int64_t dim, x1_tensor_t *out) {
+    sim_view g, y, o;
+    TRY(sim_require_init(fn));
+    TRY(view_of(out, &o, fn, "out", 0));
+    TRY(view_of(grad_output, &g, fn, "grad_output", 0));
+    TRY(view_of(output, &y, fn, "output", 0));
+    TRY(need_float(fn, "output", &y));
+    return simk_softmax_backward(fn, kernel, &g, &y, dim, log, &o);
+}
+
+X1_API x1_status_t x1_softmax_backward(const x1_tensor_t *grad_output, const x1_tensor_t *output,
+                                       int64_t dim, x1_tensor_t *out) {
+    return code(softmax_grad("x1_softmax_backward", "softmax_backward", 0, grad_output, output, dim, out));
+}
+X1_API x1_status_t x1_log_softmax_backward(const x1_tensor_t *grad_output, const x1_tensor_t *output,
+                                           int64_t dim, x1_tensor_t *out) {
+    return code(softmax_grad("x1_log_softmax_backward", "log_softmax_backward", 1, grad_output, output, dim,
+                             out));
+}
+
+/* ------------------------------------------------- profiling: device time */
+
+X1_API x1_status_t x1_get_last_kernel_ns(uint64_t *ns) {
+    if (!ns) return code(sim_fail(SIM_E_INVALID_VALUE, "x1_get_last_kernel_ns", "ns is NULL"));
+    *ns = sim_last_op_ns();
+    return X1_SUCCESS;
+}
+X1_API x1_status_t x1_get_kernel_ns_total(uint64_t *ns) {
+    if (!ns) return code(sim_fail(SIM_E_INVALID_VALUE, "x1_get_kernel_ns_total", "ns is NULL"));
+    *ns = sim_device_ns_total();
+    return X1_SUCCESS;
+}
+X1_API x1_status_t x1_debug_set_corrupt(const char *kernel) { return code(sim_set_corrupt(kernel)); }
+X1_API x1_status_t x1_debug_get_corruptions(uint64_t *count) {
+    if (!count) return code(sim_fail(SIM_E_INVALID_VALUE, "x1_debug_get_corruptions", "count is NULL"));
+    *count = sim_corruptions();
+    return X1_SUCCESS;
 }

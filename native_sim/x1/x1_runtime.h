@@ -123,22 +123,74 @@ X1_API x1_status_t x1_get_kernel_counters(x1_kernel_counter_t *counters, int32_t
                                           int32_t *count);
 X1_API x1_status_t x1_debug_set_faults(const char *spec); /* same syntax as X1SIM_FAULTS */
 
-/* ---- elementwise (float32, float16) ---- */
+/* ---- elementwise (float32, float16; add, sub, mul, maximum, minimum, neg and
+ * abs also int32 and int64, exact) ---- */
 X1_API x1_status_t x1_add(const x1_tensor_t *self, const x1_tensor_t *other, double alpha,
                           x1_tensor_t *out);
 X1_API x1_status_t x1_sub(const x1_tensor_t *self, const x1_tensor_t *other, double alpha,
                           x1_tensor_t *out);
 X1_API x1_status_t x1_mul(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
 X1_API x1_status_t x1_div(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
+/* out = self / other, other a scalar from the host (no device constant needed) */
+X1_API x1_status_t x1_div_scalar(const x1_tensor_t *self, double other, x1_tensor_t *out);
+X1_API x1_status_t x1_pow(const x1_tensor_t *self, const x1_tensor_t *exponent, x1_tensor_t *out);
+X1_API x1_status_t x1_pow_scalar(const x1_tensor_t *self, double exponent, x1_tensor_t *out);
+X1_API x1_status_t x1_maximum(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
+X1_API x1_status_t x1_minimum(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
 X1_API x1_status_t x1_relu(const x1_tensor_t *self, x1_tensor_t *out);
 /* approximate: "none" or "tanh" */
 X1_API x1_status_t x1_gelu(const x1_tensor_t *self, const char *approximate, x1_tensor_t *out);
+X1_API x1_status_t x1_silu(const x1_tensor_t *self, x1_tensor_t *out);
 X1_API x1_status_t x1_sigmoid(const x1_tensor_t *self, x1_tensor_t *out);
 X1_API x1_status_t x1_tanh(const x1_tensor_t *self, x1_tensor_t *out);
 X1_API x1_status_t x1_exp(const x1_tensor_t *self, x1_tensor_t *out);
+X1_API x1_status_t x1_log(const x1_tensor_t *self, x1_tensor_t *out);
 X1_API x1_status_t x1_neg(const x1_tensor_t *self, x1_tensor_t *out);
+X1_API x1_status_t x1_abs(const x1_tensor_t *self, x1_tensor_t *out);
 X1_API x1_status_t x1_sqrt(const x1_tensor_t *self, x1_tensor_t *out);
 X1_API x1_status_t x1_rsqrt(const x1_tensor_t *self, x1_tensor_t *out);
+X1_API x1_status_t x1_reciprocal(const x1_tensor_t *self, x1_tensor_t *out);
+X1_API x1_status_t x1_cos(const x1_tensor_t *self, x1_tensor_t *out);
+X1_API x1_status_t x1_sin(const x1_tensor_t *self, x1_tensor_t *out);
+/* out = self + value * tensor1 * tensor2 (addcmul) or self + value * tensor1 / tensor2 (addcdiv) */
+X1_API x1_status_t x1_addcmul(const x1_tensor_t *self, const x1_tensor_t *tensor1,
+                              const x1_tensor_t *tensor2, double value, x1_tensor_t *out);
+X1_API x1_status_t x1_addcdiv(const x1_tensor_t *self, const x1_tensor_t *tensor1,
+                              const x1_tensor_t *tensor2, double value, x1_tensor_t *out);
+/* out = self + weight * (end - self) */
+X1_API x1_status_t x1_lerp(const x1_tensor_t *self, const x1_tensor_t *end, double weight,
+                           x1_tensor_t *out);
+
+/* ---- comparisons: self and other of one dtype (float32, float16, int32, int64), out bool */
+X1_API x1_status_t x1_eq(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
+X1_API x1_status_t x1_ne(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
+X1_API x1_status_t x1_lt(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
+X1_API x1_status_t x1_le(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
+X1_API x1_status_t x1_gt(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
+X1_API x1_status_t x1_ge(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
+
+/* ---- bitwise: bool (logical), int8, uint8, int32, int64 */
+X1_API x1_status_t x1_bitwise_and(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
+X1_API x1_status_t x1_bitwise_or(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
+X1_API x1_status_t x1_bitwise_xor(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
+X1_API x1_status_t x1_bitwise_not(const x1_tensor_t *self, x1_tensor_t *out);
+
+/* ---- selection: condition/mask bool; self, other, out of any one x1 dtype */
+X1_API x1_status_t x1_where(const x1_tensor_t *condition, const x1_tensor_t *self,
+                            const x1_tensor_t *other, x1_tensor_t *out);
+X1_API x1_status_t x1_masked_fill(const x1_tensor_t *self, const x1_tensor_t *mask, double value,
+                                  x1_tensor_t *out);
+
+/* ---- activation gradients: out = grad_output * f'(self), or from the forward's output */
+X1_API x1_status_t x1_gelu_backward(const x1_tensor_t *grad_output, const x1_tensor_t *self,
+                                    const char *approximate, x1_tensor_t *out);
+/* out = self <= threshold ? 0 : grad_output (ReLU's gradient with threshold 0) */
+X1_API x1_status_t x1_threshold_backward(const x1_tensor_t *grad_output, const x1_tensor_t *self,
+                                         double threshold, x1_tensor_t *out);
+X1_API x1_status_t x1_sigmoid_backward(const x1_tensor_t *grad_output, const x1_tensor_t *output,
+                                       x1_tensor_t *out);
+X1_API x1_status_t x1_tanh_backward(const x1_tensor_t *grad_output, const x1_tensor_t *output,
+                                    x1_tensor_t *out);
 
 /* ---- matrix (float32, float16) ---- */
 X1_API x1_status_t x1_mm(const x1_tensor_t *self, const x1_tensor_t *mat2, x1_tensor_t *out);
@@ -174,6 +226,24 @@ X1_API x1_status_t x1_avg_pool2d(const x1_tensor_t *self, const int64_t *kernel_
 X1_API x1_status_t x1_adaptive_avg_pool2d(const x1_tensor_t *self, const int64_t *output_size,
                                           x1_tensor_t *out);
 
+/* Gradients of x1_conv2d, same layouts and limits (grad_output, input and
+ * weight contiguous NHWC / OHWI).  output_mask[3]: nonzero to compute
+ * grad_input, grad_weight, grad_bias (one not asked for may be NULL). */
+X1_API x1_status_t x1_conv2d_backward(const x1_tensor_t *grad_output, const x1_tensor_t *input,
+                                      const x1_tensor_t *weight, const int64_t *stride,
+                                      const int64_t *padding, const int64_t *dilation, int64_t groups,
+                                      const int64_t *output_mask, x1_tensor_t *grad_input,
+                                      x1_tensor_t *grad_weight, x1_tensor_t *grad_bias);
+/* pooling gradients, NHWC: grad_output (and indices) contiguous, out [N, H, W, C] any strides */
+X1_API x1_status_t x1_max_pool2d_backward(const x1_tensor_t *grad_output, const x1_tensor_t *indices,
+                                          x1_tensor_t *out);
+X1_API x1_status_t x1_avg_pool2d_backward(const x1_tensor_t *grad_output, const int64_t *kernel_size,
+                                          const int64_t *stride, int64_t stride_len,
+                                          const int64_t *padding, bool ceil_mode,
+                                          bool count_include_pad, int64_t divisor_override,
+                                          x1_tensor_t *out);
+X1_API x1_status_t x1_adaptive_avg_pool2d_backward(const x1_tensor_t *grad_output, x1_tensor_t *out);
+
 /* ---- normalization, reduction, misc ---- */
 /* inference batch norm over dim 1 of [N, C, ...]; weight and bias may be NULL */
 X1_API x1_status_t x1_batch_norm(const x1_tensor_t *input, const x1_tensor_t *weight,
@@ -189,14 +259,74 @@ X1_API x1_status_t x1_sum(const x1_tensor_t *self, const int64_t *dim, int64_t d
                           bool keepdim, x1_tensor_t *out);
 X1_API x1_status_t x1_mean(const x1_tensor_t *self, const int64_t *dim, int64_t dim_len,
                            bool keepdim, x1_tensor_t *out);
+/* log(sum(exp(self))) over dim, computed stably (shifted by the max) */
+X1_API x1_status_t x1_logsumexp(const x1_tensor_t *self, const int64_t *dim, int64_t dim_len,
+                                bool keepdim, x1_tensor_t *out);
+/* variance (divided by count - correction) and mean over dim (dim_len 0: every dim) */
+X1_API x1_status_t x1_var_mean(const x1_tensor_t *self, const int64_t *dim, int64_t dim_len,
+                               double correction, bool keepdim, x1_tensor_t *var, x1_tensor_t *mean);
+/* gradients of x1_layer_norm; output_mask[3]: nonzero to compute grad_input,
+ * grad_weight, grad_bias (weight may be NULL when the last two are not asked for) */
+X1_API x1_status_t x1_layer_norm_backward(const x1_tensor_t *grad_out, const x1_tensor_t *input,
+                                          const int64_t *normalized_shape, int64_t normalized_shape_len,
+                                          const x1_tensor_t *mean, const x1_tensor_t *rstd,
+                                          const x1_tensor_t *weight, const int64_t *output_mask,
+                                          x1_tensor_t *grad_input, x1_tensor_t *grad_weight,
+                                          x1_tensor_t *grad_bias);
+/* int64/int32 indices, range-checked (X1_ERR_DATA) */
 X1_API x1_status_t x1_embedding(const x1_tensor_t *weight, const x1_tensor_t *indices,
                                 x1_tensor_t *out);
+/* out [num_weights, D] = rows of grad_output summed by index; padding_idx < 0: none */
+X1_API x1_status_t x1_embedding_backward(const x1_tensor_t *grad_output, const x1_tensor_t *indices,
+                                         int64_t num_weights, int64_t padding_idx,
+                                         bool scale_grad_by_freq, x1_tensor_t *out);
+/* negative log likelihood of log-probabilities self [N, C] (or [C]); target
+ * int64/int32; weight may be NULL; reduction 0 none, 1 mean, 2 sum.  A target
+ * outside [0, C) other than ignore_index is X1_ERR_DATA. */
+X1_API x1_status_t x1_nll_loss_forward(const x1_tensor_t *self, const x1_tensor_t *target,
+                                       const x1_tensor_t *weight, int64_t reduction,
+                                       int64_t ignore_index, x1_tensor_t *output,
+                                       x1_tensor_t *total_weight);
+X1_API x1_status_t x1_nll_loss_backward(const x1_tensor_t *grad_output, const x1_tensor_t *self,
+                                        const x1_tensor_t *target, const x1_tensor_t *weight,
+                                        int64_t reduction, int64_t ignore_index,
+                                        const x1_tensor_t *total_weight, x1_tensor_t *out);
 /* strided copy with dtype conversion (all dtypes) */
 X1_API x1_status_t x1_copy(const x1_tensor_t *src, x1_tensor_t *dst);
 X1_API x1_status_t x1_fill(x1_tensor_t *self, double value);
-/* Generic softmax through the vector unit: slower than a fused kernel, but it
- * exists (the NPU has no dedicated softmax). */
+/* out[i] = start + i * step; out 1-D with exactly ceil((end - start) / step)
+ * elements, float32, float16, int32 or int64 */
+X1_API x1_status_t x1_arange(double start, double end, double step, x1_tensor_t *out);
+/* out = zeros with grad_output copied into out.select(dim, index) (select's gradient) */
+X1_API x1_status_t x1_select_backward(const x1_tensor_t *grad_output, int64_t dim, int64_t index,
+                                      x1_tensor_t *out);
+/* out = tensors concatenated along dim (1-D empty tensors are skipped); one dtype */
+X1_API x1_status_t x1_cat(const x1_tensor_t *const *tensors, int32_t tensors_len, int64_t dim,
+                          x1_tensor_t *out);
+
+/* ---- softmax family ----
+ * Generic softmax through the vector unit: slower than a fused kernel, but it
+ * exists (the NPU has no dedicated softmax).  The safe variant gives zeros for
+ * a row that is entirely -inf (attention with fully masked rows). */
 X1_API x1_status_t custom_softmax_x1(const x1_tensor_t *self, int64_t dim, x1_tensor_t *out);
+X1_API x1_status_t custom_safe_softmax_x1(const x1_tensor_t *self, int64_t dim, x1_tensor_t *out);
+/* fused log-softmax (the classifier's loss) and the gradients from the forward's output */
+X1_API x1_status_t x1_log_softmax(const x1_tensor_t *self, int64_t dim, x1_tensor_t *out);
+X1_API x1_status_t x1_softmax_backward(const x1_tensor_t *grad_output, const x1_tensor_t *output,
+                                       int64_t dim, x1_tensor_t *out);
+X1_API x1_status_t x1_log_softmax_backward(const x1_tensor_t *grad_output, const x1_tensor_t *output,
+                                           int64_t dim, x1_tensor_t *out);
+
+/* ---- profiling: device time ----
+ * The device time of the last kernel or copy the calling thread ran (from its
+ * launch to the end of its call), and the total of every kernel and copy
+ * since x1_init / x1_reset_counters, in nanoseconds. */
+X1_API x1_status_t x1_get_last_kernel_ns(uint64_t *ns);
+X1_API x1_status_t x1_get_kernel_ns_total(uint64_t *ns);
+/* ---- debug: the named kernel (a name from x1_get_kernel_counters, "" = off)
+ * adds 1 to the first element of its output; also X1SIM_CORRUPT=<kernel> at init */
+X1_API x1_status_t x1_debug_set_corrupt(const char *kernel);
+X1_API x1_status_t x1_debug_get_corruptions(uint64_t *count);
 
 #ifdef __cplusplus
 }

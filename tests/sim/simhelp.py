@@ -96,7 +96,8 @@ class Chip:
     def upload(self, t: torch.Tensor) -> int:
         """Copies a tensor's whole storage; returns the device address of element 0."""
         t = t.contiguous() if t.storage_offset() or not t.is_contiguous() else t
-        raw = t.view(torch.uint8) if t.dtype != torch.bool else t.to(torch.uint8)
+        flat = t.reshape(-1)  # 0-d tensors have no byte view of their own
+        raw = flat.view(torch.uint8) if t.dtype != torch.bool else flat.to(torch.uint8)
         nbytes = max(t.numel() * t.element_size(), 1)
         addr = self.malloc(nbytes)
         if t.numel():

@@ -52,6 +52,32 @@ st = lib.th1Matmul(put((15, 16)), put((16, 16)), put((15, 16)))
 print("returned", st, flush=True)
 """
 
+TH1_COMPARE_INTO_FLOAT = """
+assert lib.th1Init(0) == 0
+p = ffi.new("th1DevPtr_t *"); lib.th1MemAlloc(p, 64)
+d = ffi.new("th1TensorDesc_t *"); d.ptr = p[0]; d.nbDims = 1; d.dataType = lib.TH1_DATA_FLOAT
+d.dims[0], d.strides[0] = 16, 1
+print("launching", flush=True)
+st = lib.th1Equal(d, d, d)
+print("returned", st, flush=True)
+"""
+
+X1_NLL_BAD_TARGET = """
+assert lib.x1_init(0) == 0
+def put(t, code):
+    n = t.numel() * t.element_size()
+    p = ffi.new("x1_devptr_t *"); lib.x1_malloc(p, max(n, 1))
+    lib.x1_memcpy_h2d(p[0], ffi.cast("void *", t.data_ptr()), n)
+    d = ffi.new("x1_tensor_t *"); d.data = p[0]; d.ndim = t.dim(); d.dtype = code
+    for i, (s, st) in enumerate(zip(t.shape, t.stride())): d.shape[i], d.strides[i] = s, st
+    return d
+x = put(torch.randn(2, 3), lib.X1_FLOAT32)
+t = put(torch.tensor([0, 7]), lib.X1_INT64)
+o, tw = put(torch.zeros(()), lib.X1_FLOAT32), put(torch.zeros(()), lib.X1_FLOAT32)
+st = lib.x1_nll_loss_forward(x, t, ffi.NULL, 1, -100, o, tw)
+print("returned", st, ffi.string(lib.x1_get_last_error()).decode(), flush=True)
+"""
+
 
 def run(body, lib, header, strict):
     """Runs body in a fresh interpreter; strict: True, False, or the raw value."""
@@ -93,3 +119,15 @@ def test_th1_unaligned_matmul_aborts_in_strict_mode():
 def test_strict_zero_means_off():
     r = run(X1_BAD_CONV, "libx1sim.so", "x1", strict="0")
     assert r.returncode == 0 and "returned 3" in r.stdout
+
+
+def test_new_kernels_abort_on_invalid_calls_in_strict_mode():
+    r = run(TH1_COMPARE_INTO_FLOAT, "libth1sim.so", "th1", strict=True)
+    assert r.returncode == -signal.SIGABRT and "returned" not in r.stdout
+    assert "[th1-sim strict mode] fatal: th1Equal: a comparison writes bool, the output is float32" in r.stderr
+
+
+def test_data_errors_of_new_kernels_return_a_code_in_strict_mode():
+    r = run(X1_NLL_BAD_TARGET, "libx1v2sim.so", "x1", strict=True)
+    assert r.returncode == 0, r.stderr
+    assert "returned 7 x1_nll_loss_forward: target 7 is out of bounds [0, 3)" in r.stdout

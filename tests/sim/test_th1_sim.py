@@ -187,3 +187,127 @@ def test_fault_injection_and_reset(th1):
     assert stats(th1)["kernelLaunches"] >= 1
     th1.lib.th1ResetStats()
     assert stats(th1)["kernelLaunches"] == 0 and kernel_stats(th1) == {}
+
+
+# ----------------------------------------------- training: NCHW conv, pools
+
+aten = torch.ops.aten
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("stride,padding,dilation,groups", [(1, 1, 1, 1), (2, 0, 1, 2), (1, 2, 2, 1), (3, 1, 1, 4)])
+def test_convolution_forward_and_backward_nchw(th1, dtype, stride, padding, dilation, groups):
+    x = torch.randn(2, 8, 9, 7).to(dtype)
+    w = (torch.randn(12, 8 // groups, 3, 3) * 0.2).to(dtype)
+    b = torch.randn(12).to(dtype)
+    y = F.conv2d(x.float(), w.float(), b.float(), stride, padding, dilation, groups)
+    o, od = th1.empty(tuple(y.shape), dtype)
+    st = th1.lib.th1ConvolutionForward(th1.put(x)[1], th1.put(w)[1], th1.put(b)[1], [stride] * 2, [padding] * 2,
+                                       [dilation] * 2, groups, od)
+    assert st == th1.ok, th1.last_error()
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=2e-2, atol=5e-2)
+    torch.testing.assert_close(th1.get(o, tuple(y.shape), dtype).float(), y.to(dtype).float(), **tol)
+    dy = torch.randn(y.shape).to(dtype)
+    ref = aten.convolution_backward(dy.float(), x.float(), w.float(), [12], [stride] * 2, [padding] * 2,
+                                    [dilation] * 2, False, [0, 0], groups, [True, True, True])
+    gi, gid = th1.empty(tuple(x.shape), dtype)
+    gw, gwd = th1.empty(tuple(w.shape), dtype)
+    gb, gbd = th1.empty((12,), dtype)
+    st = th1.lib.th1ConvolutionBackward(th1.put(dy)[1], th1.put(x)[1], th1.put(w)[1], [stride] * 2, [padding] * 2,
+                                        [dilation] * 2, groups, [1, 1, 1], gid, gwd, gbd)
+    assert st == th1.ok, th1.last_error()
+    torch.testing.assert_close(th1.get(gi, tuple(x.shape), dtype).float(), ref[0], **tol)
+    torch.testing.assert_close(th1.get(gw, tuple(w.shape), dtype).float(), ref[1], **tol)
+    torch.testing.assert_close(th1.get(gb, (12,), dtype).float(), ref[2], **tol)
+
+
+def test_convolution_rejects_bad_configurations(th1):
+    x, w = th1.put(torch.randn(1, 4, 6, 6))[1], th1.put(torch.randn(4, 4, 3, 3))[1]
+    o, od = th1.empty((1, 4, 6, 6))
+    assert th1.lib.th1ConvolutionForward(x, w, th1.ffi.NULL, [0, 1], [1, 1], [1, 1], 1, od) == \
+        th1.lib.TH1_ERROR_INVALID_ARGUMENT
+    assert "stride and dilation must be >= 1" in th1.last_error()
+    assert th1.lib.th1ConvolutionForward(x, w, th1.ffi.NULL, [1, 1], [1, 1], [1, 1], 3, od) == \
+        th1.lib.TH1_ERROR_INVALID_ARGUMENT
+    assert th1.lib.th1ConvolutionForward(x, w, th1.ffi.NULL, [1, 1], [0, 0], [1, 1], 1, od) == \
+        th1.lib.TH1_ERROR_INVALID_ARGUMENT                        # output would be 4x4
+    assert kernel_stats(th1).get("conv2d", 0) == 0
+
+
+@pytest.mark.parametrize("k,s,p,d,ceil", [(2, None, 0, 1, False), (3, 2, 1, 1, True), (2, 1, 1, 2, False)])
+def test_max_pool2d_nchw_with_gradient(th1, k, s, p, d, ceil):
+    x = torch.randn(2, 3, 9, 10)
+    y, idx = F.max_pool2d(x, k, s, p, d, ceil, return_indices=True)
+    o, od = th1.empty(tuple(y.shape))
+    i, idd = th1.empty(tuple(y.shape), torch.int64)
+    stride = [s, s] if s else th1.ffi.NULL
+    st = th1.lib.th1MaxPool2d(th1.put(x)[1], [k, k], stride, 2 if s else 0, [p, p], [d, d], ceil, od, idd)
+    assert st == th1.ok, th1.last_error()
+    torch.testing.assert_close(th1.get(o, tuple(y.shape)), y)
+    assert torch.equal(th1.get(i, tuple(y.shape), torch.int64), idx)
+    dy = torch.randn(y.shape)
+    gi, gid = th1.empty(tuple(x.shape))
+    assert th1.lib.th1MaxPool2dBackward(th1.put(dy)[1], th1.put(idx)[1], gid) == th1.ok
+    ref = aten.max_pool2d_with_indices_backward(dy, x, [k, k], [s, s] if s else [], [p, p], [d, d], ceil, idx)
+    torch.testing.assert_close(th1.get(gi, tuple(x.shape)), ref)
+
+
+@pytest.mark.parametrize("k,s,p,ceil,cip,div", [(2, None, 0, False, True, None), (3, 2, 1, True, False, None),
+                                                (3, 2, 1, False, True, 5)])
+def test_avg_pool2d_nchw_with_gradient(th1, k, s, p, ceil, cip, div):
+    x = torch.randn(2, 3, 9, 10)
+    y = F.avg_pool2d(x, k, s, p, ceil, cip, div)
+    stride = [s, s] if s else th1.ffi.NULL
+    o, od = th1.empty(tuple(y.shape))
+    st = th1.lib.th1AvgPool2d(th1.put(x)[1], [k, k], stride, 2 if s else 0, [p, p], ceil, cip, div or 0, od)
+    assert st == th1.ok, th1.last_error()
+    torch.testing.assert_close(th1.get(o, tuple(y.shape)), y)
+    dy = torch.randn(y.shape)
+    gi, gid = th1.empty(tuple(x.shape))
+    st = th1.lib.th1AvgPool2dBackward(th1.put(dy)[1], [k, k], stride, 2 if s else 0, [p, p], ceil, cip, div or 0, gid)
+    assert st == th1.ok, th1.last_error()
+    ref = aten.avg_pool2d_backward(dy, x, [k, k], [s, s] if s else [], [p, p], ceil, cip, div)
+    torch.testing.assert_close(th1.get(gi, tuple(x.shape)), ref)
+    st = th1.lib.th1AvgPool2dBackward(th1.put(torch.randn(2, 3, 1, 1))[1], [k, k], stride, 2 if s else 0, [p, p],
+                                      ceil, cip, div or 0, gid)
+    assert st == th1.lib.TH1_ERROR_INVALID_ARGUMENT and "dy must be NCHW" in th1.last_error()
+
+
+def test_adaptive_avg_pool2d_nchw_with_gradient(th1):
+    x = torch.randn(2, 3, 7, 9)
+    y = F.adaptive_avg_pool2d(x, (3, 4))
+    o, od = th1.empty((2, 3, 3, 4))
+    assert th1.lib.th1AdaptiveAvgPool2d(th1.put(x)[1], od) == th1.ok
+    torch.testing.assert_close(th1.get(o, (2, 3, 3, 4)), y)
+    dy = torch.randn(2, 3, 3, 4)
+    gi, gid = th1.empty(tuple(x.shape))
+    assert th1.lib.th1AdaptiveAvgPool2dBackward(th1.put(dy)[1], gid) == th1.ok
+    torch.testing.assert_close(th1.get(gi, tuple(x.shape)), aten._adaptive_avg_pool2d_backward(dy, x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_embedding_and_batch_norm_inference(th1, dtype):
+    table = torch.randn(10, 4).to(dtype)
+    idx = torch.tensor([[1, 9], [0, 3]])
+    o, od = th1.empty((2, 2, 4), dtype)
+    assert th1.lib.th1Embedding(th1.put(table)[1], th1.put(idx)[1], od) == th1.ok
+    assert torch.equal(th1.get(o, (2, 2, 4), dtype), F.embedding(idx, table))
+    assert th1.lib.th1Embedding(th1.put(table)[1], th1.put(torch.tensor([10]))[1], th1.empty((1, 4), dtype)[1]) == \
+        th1.lib.TH1_ERROR_DATA
+    x = torch.randn(4, 3, 5, 5).to(dtype)
+    w, b, m, v = torch.randn(3), torch.randn(3), torch.randn(3), torch.rand(3) + 0.5
+    ref = F.batch_norm(x.float(), m, v, w, b, False, 0.1, 1e-5).to(dtype)
+    o, od = th1.empty(x.shape, dtype)
+    st = th1.lib.th1BatchNormInference(th1.put(x)[1], th1.put(w.to(dtype))[1], th1.put(b.to(dtype))[1],
+                                       th1.put(m.to(dtype))[1], th1.put(v.to(dtype))[1], 1e-5, od)
+    assert st == th1.ok, th1.last_error()
+    mf, vf, wf, bf = (t.to(dtype).float() for t in (m, v, w, b))
+    close(th1.get(o, x.shape, dtype), F.batch_norm(x.float(), mf, vf, wf, bf, False, 0.1, 1e-5).to(dtype), dtype)
+    del ref
+
+
+def test_softmax_rejects_unknown_flags(th1):
+    x = th1.put(torch.randn(3, 4))[1]
+    o, od = th1.empty((3, 4))
+    assert th1.lib.th1Softmax(x, 1, 4, od) == th1.lib.TH1_ERROR_INVALID_ARGUMENT
+    assert th1.lib.th1SoftmaxBackward(x, x, 1, th1.lib.TH1_SOFTMAX_SAFE, od) == th1.lib.TH1_ERROR_INVALID_ARGUMENT

@@ -346,9 +346,13 @@ def test_binary_rejects_shape_and_dtype_mismatch(x1):
     assert "stride 0" in x1.last_error()
     h = x1.put(torch.randn(4).half())[1]
     assert x1.lib.x1_add(a, h, 1.0, od) == x1.lib.X1_ERR_UNSUPPORTED
+    i8 = x1.put(torch.arange(4, dtype=torch.int8))[1]
+    o8, o8d = x1.empty((4,), torch.int8)
+    assert x1.lib.x1_add(i8, i8, 1.0, o8d) == x1.lib.X1_ERR_UNSUPPORTED  # int8 arithmetic: not on x1
+    assert "int8" in x1.last_error()
     i = x1.put(torch.arange(4, dtype=torch.int32))[1]
-    oi, oid = x1.empty((4,), torch.int32)
-    assert x1.lib.x1_add(i, i, 1.0, oid) == x1.lib.X1_ERR_UNSUPPORTED
+    oi, oid = x1.empty((4,), torch.int64)
+    assert x1.lib.x1_add(i, i, 1.0, oid) == x1.lib.X1_ERR_UNSUPPORTED  # int32 + int32 -> int64: mixed
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -675,3 +679,97 @@ def test_descriptor_with_too_many_dims_is_rejected(x1):
     od.ndim, od.dtype = 1, 42
     assert x1.lib.x1_fill(od, 0.0) == x1.lib.X1_ERR_INVALID_VALUE
     assert "unknown x1 dtype" in x1.last_error()
+
+
+# ----------------------------------------------------- training (NHWC grads)
+
+aten = torch.ops.aten
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("stride,padding,groups", [(1, 1, 1), (2, 1, 2), (1, 0, 4), (4, 2, 1)])
+def test_conv2d_backward_nhwc(x1, dtype, stride, padding, groups):
+    x = torch.randn(2, 8, 9, 7).to(dtype)
+    w = (torch.randn(12, 8 // groups, 3, 3) * 0.2).to(dtype)
+    y = F.conv2d(x.float(), w.float(), None, stride, padding, 1, groups)
+    dy = torch.randn(y.shape).to(dtype)
+    ref = aten.convolution_backward(dy.float(), x.float(), w.float(), [12], [stride] * 2, [padding] * 2, [1, 1],
+                                    False, [0, 0], groups, [True, True, True])
+    gi, gid = x1.empty(tuple(nhwc(x).shape), dtype)
+    gw, gwd = x1.empty(tuple(nhwc(w).shape), dtype)
+    gb, gbd = x1.empty((12,), dtype)
+    st = x1.lib.x1_conv2d_backward(x1.put(nhwc(dy))[1], x1.put(nhwc(x))[1], x1.put(nhwc(w))[1], [stride] * 2,
+                                   [padding] * 2, [1, 1], groups, [1, 1, 1], gid, gwd, gbd)
+    assert st == x1.ok, x1.last_error()
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=2e-2, atol=5e-2)
+    torch.testing.assert_close(x1.get(gi, tuple(nhwc(x).shape), dtype).permute(0, 3, 1, 2).float(), ref[0], **tol)
+    torch.testing.assert_close(x1.get(gw, tuple(nhwc(w).shape), dtype).permute(0, 3, 1, 2).float(), ref[1], **tol)
+    torch.testing.assert_close(x1.get(gb, (12,), dtype).float(), ref[2], **tol)
+
+
+def test_conv2d_backward_computes_only_what_the_mask_asks(x1):
+    x, w = torch.randn(1, 4, 6, 6), torch.randn(4, 4, 3, 3)
+    dy = torch.randn(1, 4, 6, 6)
+    ref = aten.convolution_backward(dy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [False, True, False])
+    gw, gwd = x1.empty((4, 3, 3, 4))
+    st = x1.lib.x1_conv2d_backward(x1.put(nhwc(dy))[1], x1.put(nhwc(x))[1], x1.put(nhwc(w))[1], [1, 1], [1, 1],
+                                   [1, 1], 1, [0, 1, 0], x1.ffi.NULL, gwd, x1.ffi.NULL)
+    assert st == x1.ok, x1.last_error()
+    torch.testing.assert_close(x1.get(gw, (4, 3, 3, 4)).permute(0, 3, 1, 2), ref[1], rtol=1e-4, atol=1e-4)
+    st = x1.lib.x1_conv2d_backward(x1.put(nhwc(dy))[1], x1.put(nhwc(x))[1], x1.put(nhwc(w))[1], [1, 1], [1, 1],
+                                   [1, 1], 1, [1, 1, 0], x1.ffi.NULL, gwd, x1.ffi.NULL)
+    assert st == x1.lib.X1_ERR_INVALID_VALUE and "grad_input descriptor is NULL" in x1.last_error()
+
+
+def test_conv2d_backward_has_the_forward_limits(x1, x1r1):
+    x, w = torch.randn(1, 4, 6, 6), torch.randn(4, 4, 3, 3)
+    args = lambda c, t: (c.put(nhwc(t(torch.randn(1, 4, 2, 2))))[1], c.put(nhwc(t(x)))[1],  # noqa: E731
+                         c.put(nhwc(t(w)))[1])
+    g, gd = x1.empty((1, 6, 6, 4))
+    st = x1.lib.x1_conv2d_backward(*args(x1, lambda t: t), [3, 3], [1, 1], [1, 1], 1, [1, 0, 0], gd,
+                                   x1.ffi.NULL, x1.ffi.NULL)
+    assert st == x1.lib.X1_ERR_UNSUPPORTED and "stride=3 not in {1, 2, 4}" in x1.last_error()
+    g1, gd1 = x1r1.empty((1, 6, 6, 4))
+    st = x1r1.lib.x1_conv2d_backward(*args(x1r1, lambda t: t), [1, 1], [1, 1], [1, 1], 1, [1, 0, 0], gd1,
+                                     x1r1.ffi.NULL, x1r1.ffi.NULL)
+    assert st == x1r1.lib.X1_ERR_UNSUPPORTED and "float16 only" in x1r1.last_error()
+    dy = x1.desc(x1.upload(torch.randn(1, 4, 6, 6)), (1, 6, 6, 4), (144, 6, 1, 36))   # NCHW bytes
+    st = x1.lib.x1_conv2d_backward(dy, x1.put(nhwc(x))[1], x1.put(nhwc(w))[1], [1, 1], [1, 1], [1, 1], 1,
+                                   [1, 0, 0], gd, x1.ffi.NULL, x1.ffi.NULL)
+    assert st == x1.lib.X1_ERR_UNSUPPORTED and "contiguous in NHWC" in x1.last_error()
+
+
+@pytest.mark.parametrize("k,s,p,ceil", [(2, None, 0, False), (3, 2, 1, False), (3, 2, 1, True)])
+def test_pool_backward_nhwc(x1, k, s, p, ceil):
+    x = torch.randn(2, 3, 9, 10)
+    y, idx = F.max_pool2d(x, k, s, p, 1, ceil, return_indices=True)
+    dy = torch.randn(y.shape)
+    N, C, H, W = x.shape
+    gi, gid = x1.empty((N, H, W, C))
+    assert x1.lib.x1_max_pool2d_backward(x1.put(nhwc(dy))[1], x1.put(nhwc(idx))[1], gid) == x1.ok
+    ref = aten.max_pool2d_with_indices_backward(dy, x, [k, k], [s, s] if s else [], [p, p], [1, 1], ceil, idx)
+    torch.testing.assert_close(x1.get(gi, (N, H, W, C)).permute(0, 3, 1, 2), ref)
+    ya = F.avg_pool2d(x, k, s, p, ceil, False)
+    dya = torch.randn(ya.shape)
+    stride = [s, s] if s else x1.ffi.NULL
+    st = x1.lib.x1_avg_pool2d_backward(x1.put(nhwc(dya))[1], [k, k], stride, 2 if s else 0, [p, p], ceil, False, 0,
+                                       gid)
+    assert st == x1.ok, x1.last_error()
+    ref = aten.avg_pool2d_backward(dya, x, [k, k], [s, s] if s else [], [p, p], ceil, False, None)
+    torch.testing.assert_close(x1.get(gi, (N, H, W, C)).permute(0, 3, 1, 2), ref)
+
+
+def test_adaptive_avg_pool2d_backward_nhwc(x1):
+    x = torch.randn(2, 3, 7, 9)
+    dy = torch.randn(2, 3, 3, 4)
+    gi, gid = x1.empty((2, 7, 9, 3))
+    assert x1.lib.x1_adaptive_avg_pool2d_backward(x1.put(nhwc(dy))[1], gid) == x1.ok
+    torch.testing.assert_close(x1.get(gi, (2, 7, 9, 3)).permute(0, 3, 1, 2),
+                               aten._adaptive_avg_pool2d_backward(dy, x))
+
+
+def test_max_pool2d_backward_checks_indices(x1):
+    gi, gid = x1.empty((1, 4, 4, 2))
+    bad = torch.tensor([0, 16, 3, 5]).view(1, 2, 1, 2)     # 16 is past a 4x4 plane
+    st = x1.lib.x1_max_pool2d_backward(x1.put(torch.randn(1, 2, 1, 2))[1], x1.put(bad)[1], gid)
+    assert st == x1.lib.X1_ERR_DATA and "index 16 out of range [0, 16)" in x1.last_error()
