@@ -17,6 +17,20 @@ noise hits all variants alike):
 Part 2, bytes made visible to the device for a small CNN's first and second
 forward pass (inference), against the minimum the program needs: parameters
 and the input once, then only the new input.
+
+Part 3, what observing costs, per 16-element add, interleaved the same way:
+
+  off              nothing attached: the path every program takes (the same
+                   code as before the observability hooks existed)
+  no-op observer   an observer attached that does nothing: the slow path's
+                   own machinery (flbridge.launch)
+  profiler session flbridge.profiler's observer alone: route per op, device
+                   time from the runtime's kernel timer
+  torch.profiler   torch.profiler.profile(activities=[CPU, fl]) around the
+                   loop (kineto's own events included)
+  autocompare      every op run again on the CPU and compared (--iters / 20)
+
+`--profiling-only` runs part 3 alone.
 """
 from __future__ import annotations
 
@@ -145,18 +159,88 @@ def bytes_moved(chip_name: str) -> None:
               f"{nat:7d} {cpu_ops:4d}")
 
 
+class NoOpObserver:
+    def wrap_op(self, func, args, kwargs, run):
+        return run
+
+    def wrap_kernel(self, chip, label, run):
+        return run
+
+    def on_transfer(self, chip, kind, nbytes):
+        pass
+
+    def transfer_done(self, chip, kind):
+        pass
+
+
+def profiling_cost(chip_name: str, rounds: int, iters: int) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    from flbridge import launch, profiler
+    from flbridge.compare import AutoCompare
+    dev = flbridge.torch_device(chip_name)
+    a, b = torch.randn(16).to(dev), torch.randn(16).to(dev)
+
+    def add():
+        return a + b
+
+    def attached(observer, n):
+        launch.attach(observer)
+        try:
+            return time_loop(add, n)
+        finally:
+            launch.detach(observer)
+
+    def under_torch_profiler(n):
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]):
+            return time_loop(add, n)
+
+    small = max(iters // 20, 20)
+    variants = {
+        "off": lambda: time_loop(add, iters),
+        "no-op observer": lambda: attached(NoOpObserver(), iters),
+        "profiler session": lambda: attached(profiler.Session(), iters),
+        "torch.profiler": lambda: under_torch_profiler(iters),
+        "autocompare": lambda: attached(AutoCompare(warn=False), small),
+    }
+    for fn in variants.values():
+        fn()                                   # warm caches
+    res = {k: [] for k in variants}
+    for _ in range(rounds):
+        for k, fn in variants.items():
+            res[k].append(fn())
+    assert not launch.WATCH.active
+    return res
+
+
+def report_profiling_cost(name: str, res: dict) -> None:
+    med = {k: statistics.median(v) for k, v in res.items()}
+    print(f"\n{name}: cost of observing a 16-element float32 add, median of {len(res['off'])} interleaved rounds")
+    print(f"  {'variant':17s} {'us/op':>8s} {'x off':>8s}")
+    for k in res:
+        r = statistics.median(x / y for x, y in zip(res[k], res["off"]))
+        print(f"  {k:17s} {med[k]:8.2f} {r:8.2f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--iters", type=int, default=4000)
+    ap.add_argument("--profiling-only", action="store_true", help="part 3 alone")
     a = ap.parse_args()
     flbridge.init()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, python {sys.version.split()[0]}")
+    if a.profiling_only:
+        for chip in ("xpu:x1", "xpu:th1"):
+            report_profiling_cost(chip, profiling_cost(chip, a.rounds, a.iters))
+        return 0
     for op in ("add", "mm"):
         for chip in ("xpu:x1", "xpu:th1"):
             report_per_op(chip, op, per_op(chip, op, a.rounds, a.iters))
     for chip in ("xpu:x1-v2", "xpu:x1", "xpu:th1"):
         bytes_moved(chip)
+    for chip in ("xpu:x1", "xpu:th1"):
+        report_profiling_cost(chip, profiling_cost(chip, a.rounds, a.iters))
     return 0
 
 

@@ -39,8 +39,25 @@ def arg_key(v, chip=None):
                                 torch.memory_format)) else (type(v), id(v))
 
 
+def shape_key(v):
+    """Like arg_key, but numbers by their type alone: for decisions that a
+    scalar's value changes only in rare cases, where keying on values would
+    miss the cache on every step of a training loop (Adam's step sizes)."""
+    if type(v) is XPUTensor:
+        return (v.shape, v.stride(), v.dtype, v._st.chip)
+    if isinstance(v, torch.Tensor):
+        return (v.shape, v.stride(), v.dtype, v.device.type)
+    if isinstance(v, (list, tuple)):
+        return tuple(shape_key(x) for x in v)
+    if isinstance(v, (int, float, bool, complex)):
+        return type(v)
+    return v if isinstance(v, (str, type(None), torch.dtype, torch.device, torch.layout,
+                                torch.memory_format)) else (type(v), id(v))
+
+
 def meta_key(args, kwargs):
-    return (tuple(arg_key(a) for a in args), tuple((k, arg_key(v)) for k, v in sorted(kwargs.items())))
+    """Key of a whole call by geometry, dtypes and scalar types (shape_key)."""
+    return (tuple(shape_key(a) for a in args), tuple((k, shape_key(v)) for k, v in sorted(kwargs.items())))
 
 
 def to_meta(v):

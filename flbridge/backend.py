@@ -11,180 +11,22 @@ backward would look for a per-device queue that does not exist for fl:1+).
 """
 from __future__ import annotations
 
-import types
 
 import torch
 
-from . import crossings, dispatch, metaops  # noqa: F401 - dispatch installs XPUTensor.__torch_dispatch__
+from . import checkpoint, crossings, dispatch, failsafe, metaops, pinned  # noqa: F401 - dispatch installs XPUTensor.__torch_dispatch__
 from .adapter import dense_strides
+from .fl_module import FL_MODULE
 from .devices import _STATE, _TLS, chip_for, chips, current_device, set_device, torch_device  # noqa: F401
 from .errors import FlbridgeError
+from .residency import Storage
 from .tensor import XPUTensor, new_tensor
 
-# ------------------------------------------------------------- torch.fl
-
-class _DeviceProperties:
-    def __init__(self, chip):
-        s = chip.spec
-        self.name = f"{s.vendor} {s.chip_model}"
-        self.device_type = s.device_type
-        self.vendor = s.vendor
-        self.chip_model = s.chip_model
-        self.driver_version = s.driver_version
-        info = chip.runtime.mem_info()
-        self.total_memory = info[1] if info else (s.capabilities.memory_total_bytes or 0)
-        self.memory_bandwidth_gbps = s.capabilities.bandwidth_gbps
-        self.dtypes = tuple(s.capabilities.dtypes)
-        self.features = tuple(s.capabilities.features)
-        self.compute = dict(s.capabilities.compute)
-        self.index = chip.index
-
-    def __repr__(self):
-        return (f"_FlDeviceProperties(name={self.name!r}, device_type={self.device_type!r}, "
-                f"driver_version={self.driver_version!r}, total_memory={self.total_memory // (1 << 20)}MB, "
-                f"dtypes={[str(d).replace('torch.', '') for d in self.dtypes]}, features={list(self.features)})")
-
-
-class _DeviceContext:
-    """torch.fl.device(i): makes fl:i the current fl device within the block."""
-
-    def __init__(self, device):
-        self.idx = chip_for(device).index if device is not None else None
-        self.prev = None
-
-    def __enter__(self):
-        self.prev = current_device()
-        if self.idx is not None:
-            _TLS.current = self.idx
-        return self
-
-    def __exit__(self, *exc):
-        _TLS.current = self.prev
-        return False
-
-
-def _index(device) -> int:
-    if device is None:
-        return current_device()
-    return chip_for(device).index
-
-
-class FlModule(types.ModuleType):
-    """torch.fl"""
-
-    def __init__(self):
-        super().__init__("torch.fl", "flbridge's fl devices (one per registered chip)")
-
-    @staticmethod
-    def is_available() -> bool:
-        return bool(_STATE.chips)
-
-    @staticmethod
-    def is_initialized() -> bool:
-        return bool(_STATE.registered)
-
-    @staticmethod
-    def _is_in_bad_fork() -> bool:
-        return False
-
-    @staticmethod
-    def _lazy_init() -> None:
-        pass
-
-    @staticmethod
-    def device_count() -> int:
-        return len(_STATE.chips)
-
-    current_device = staticmethod(current_device)
-    set_device = staticmethod(set_device)
-    device = _DeviceContext
-
-    @staticmethod
-    def get_device_name(device=None) -> str:
-        c = _STATE.chips[_index(device)]
-        return f"{c.spec.vendor} {c.spec.chip_model}"
-
-    @staticmethod
-    def get_device_properties(device=None):
-        return _DeviceProperties(_STATE.chips[_index(device)])
-
-    @staticmethod
-    def get_device_capability(device=None):
-        return (1, 0)
-
-    @staticmethod
-    def memory_allocated(device=None) -> int:
-        return _STATE.chips[_index(device)].allocator.allocated
-
-    @staticmethod
-    def max_memory_allocated(device=None) -> int:
-        return _STATE.chips[_index(device)].allocator.peak
-
-    @staticmethod
-    def memory_reserved(device=None) -> int:
-        c = _STATE.chips[_index(device)]
-        return c.allocator.allocated + c.allocator.cached
-
-    @staticmethod
-    def reset_peak_memory_stats(device=None) -> None:
-        _STATE.chips[_index(device)].allocator.reset_peak()
-
-    @staticmethod
-    def empty_cache() -> None:
-        for c in _STATE.chips:
-            c.allocator.empty_cache()
-
-    @staticmethod
-    def synchronize(device=None) -> None:
-        if device is None:
-            for c in _STATE.chips:
-                c.runtime.synchronize()
-        else:
-            _STATE.chips[_index(device)].runtime.synchronize()
-
-    @staticmethod
-    def manual_seed(seed: int) -> None:
-        if _STATE.chips:
-            _STATE.chips[current_device()].generator.manual_seed(int(seed))
-
-    @staticmethod
-    def manual_seed_all(seed: int) -> None:
-        for c in _STATE.chips:
-            c.generator.manual_seed(int(seed))
-
-    @staticmethod
-    def seed() -> None:
-        if _STATE.chips:
-            _STATE.chips[current_device()].generator.seed()
-
-    @staticmethod
-    def initial_seed() -> int:
-        return _STATE.chips[current_device()].generator.initial_seed()
-
-    @staticmethod
-    def get_rng_state(device="fl") -> torch.Tensor:
-        return _STATE.chips[_index(device)].generator.get_state()
-
-    @staticmethod
-    def set_rng_state(new_state: torch.Tensor, device="fl") -> None:
-        _STATE.chips[_index(device)].generator.set_state(new_state)
-
-    @staticmethod
-    def get_rng_state_all() -> list:
-        return [c.generator.get_state() for c in _STATE.chips]
-
-    @staticmethod
-    def set_rng_state_all(states) -> None:
-        for c, s in zip(_STATE.chips, states):
-            c.generator.set_state(s)
-
-
-FL_MODULE = FlModule()
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
     def is_available(self) -> bool:
-        return bool(_STATE.chips)
+        return any(getattr(c, "available", True) for c in _STATE.chips)
 
     def has_primary_context(self, dev_id) -> bool:
         return True
@@ -211,6 +53,37 @@ def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=
 def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     chip = chip_for(device if device is not None else "fl")
     return new_tensor(chip, tuple(size), tuple(stride), dtype or torch.get_default_dtype())
+
+
+def _host_factory(op):
+    """A PrivateUse1 kernel for a factory with no tensor argument (so no
+    __torch_dispatch__): made on the CPU, then adopted by the chip as its
+    host bytes (uploaded when a kernel first needs them)."""
+    def kernel(*args, **kwargs):
+        chip = chip_for(kwargs.get("device") or "fl")
+        cpu = op(*args, **dict(kwargs, device="cpu"))
+        if cpu._is_zerotensor():
+            # an "efficient" zero tensor has no bytes at all; fl tensors are
+            # always dense: a real one (same values)
+            cpu = torch.zeros(cpu.shape, dtype=cpu.dtype, device="cpu")
+        st = Storage.adopt_host(chip, cpu)
+        return new_tensor(chip, tuple(cpu.shape), cpu.stride(), cpu.dtype, storage=st,
+                          offset=cpu.storage_offset())
+    return kernel
+
+
+def _unsupported_factory(what):
+    def kernel(*args, **kwargs):
+        raise NotImplementedError(f"flbridge: {what} tensors are not supported on fl devices (only dense, "
+                                  f"strided ones); create it on the CPU")
+    return kernel
+
+
+# Factories PyTorch dispatches on the device argument alone (besides empty /
+# empty_strided); tests/test_device.py finds them all from the dispatcher.
+HOST_FACTORIES = ("_efficientzerotensor", "tril_indices", "triu_indices", "from_file", "_make_dep_token")
+UNSUPPORTED_FACTORIES = {"_empty_affine_quantized": "quantized", "_sparse_coo_tensor_with_dims": "sparse",
+                         "_cudnn_init_dropout_state": "cuDNN dropout state"}
 
 
 def _copy_from(self, dst, non_blocking=False):
@@ -240,14 +113,32 @@ def register() -> None:
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
     _setup_privateuseone_for_python_backend("fl", backend_module=FL_MODULE, hook=_Hooks(), device_guard=_Guard())
     lib = torch.library.Library("aten", "IMPL")
-    lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
-    lib.impl("empty_strided", _empty_strided, "PrivateUse1")
+    aten = torch.ops.aten
+    safe = failsafe.kernel   # errors during backward must not abort the process
+    lib.impl("empty.memory_format", safe(aten.empty.memory_format)(_empty_memory_format), "PrivateUse1")
+    lib.impl("empty_strided", safe(aten.empty_strided.default)(_empty_strided), "PrivateUse1")
     # torch.tensor(data, device="fl") copies with Python dispatch excluded,
     # which reaches the backend's _copy_from
-    lib.impl("_copy_from", _copy_from, "PrivateUse1")
-    lib.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")
+    lib.impl("_copy_from", safe(aten._copy_from.default)(_copy_from), "PrivateUse1")
+    lib.impl("_copy_from_and_resize", safe(aten._copy_from_and_resize.default)(_copy_from_and_resize),
+             "PrivateUse1")
+    for name in HOST_FACTORIES:
+        op = getattr(aten, name).default
+        lib.impl(name, safe(op)(_host_factory(op)), "PrivateUse1")
+    for name, what in UNSUPPORTED_FACTORIES.items():
+        lib.impl(name, _unsupported_factory(what), "PrivateUse1")
+    pinned.register(lib)
     _STATE.library = lib
     from torch.optim import optimizer as _opt
     if XPUTensor not in _opt._foreach_supported_types:
         _opt._foreach_supported_types.append(XPUTensor)
+    # Module.to / .cpu / .half and load_state_dict keep parameter identity
+    # (tied weights stay tied) by swapping tensors, as PyTorch plans to by
+    # default: fl tensors are not shallow-copy compatible with CPU ones, so
+    # the `.data =` path would give every module its own copy.  Set at
+    # import (docs/device.md): the first `.to("fl")` must already swap.
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    checkpoint.register()
+    from . import amp  # autocast kernels, torch.fl.amp, get_amp_supported_dtype
+    amp.install(FL_MODULE)
     _STATE.registered = True

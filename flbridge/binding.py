@@ -31,7 +31,7 @@ FLOAT_TYPES = {"float", "double"}
 BOOL_TYPES = {"bool", "_Bool"}
 
 # step kinds
-TENSOR, OUTPUT, INT, FLOAT, BOOL, INTLIST, LENGTH, STRING, MAPPED, CONST = range(10)
+TENSOR, OUTPUT, INT, FLOAT, BOOL, INTLIST, LENGTH, STRING, MAPPED, CONST, TENSORLIST = range(11)
 
 _LEN = re.compile(r"^len\((\w+)\)$")
 
@@ -53,6 +53,8 @@ def _classify(p, struct_types: set[str], enum_types: set[str]) -> str:
     base = p.base
     if p.pointer_depth == 1 and base in struct_types:
         return "desc"
+    if p.pointer_depth == 2 and base in struct_types:
+        return "desclist"   # an array of descriptor pointers (a Tensor[] argument)
     if p.pointer_depth == 1 and base == "char":
         return "str"
     if p.pointer_depth == 1 and (base in INT_TYPES):
@@ -154,7 +156,7 @@ def _step(entry, opi, fn, p, kind, ci, out_params, consumed):
     m = _LEN.match(src)
     if m:
         a = _arg(opi, m.group(1), where)
-        if a.kind not in ("int[]", "tensor[]", "float[]"):
+        if a.kind not in ("int[]", "tensor[]", "float[]", "bool[]"):
             raise BindError(f"{where}: len({a.name}) needs a list argument, {a.name} is {a.kind}")
         if kind != "int":
             raise BindError(f"{where} receives a length but is {p.ctype}")
@@ -162,22 +164,27 @@ def _step(entry, opi, fn, p, kind, ci, out_params, consumed):
         return (LENGTH, a.index, None)
     if src not in opi.by_name and src.endswith("_len") and src[:-4] in opi.by_name:
         a = opi.by_name[src[:-4]]
-        if a.kind in ("int[]", "float[]") and kind == "int":
+        if a.kind in ("int[]", "float[]", "bool[]", "tensor[]") and kind == "int":
             return (LENGTH, a.index, None)
     if src == "out" and "out" not in opi.by_name:
         raise BindError(f"{where} is mapped to the output, but {opi.qualname} has "
                         f"{len(opi.rets)} results: list them under outputs")
     a = _arg(opi, src, where)
     consumed.add(a.index)
+    if a.kind == "tensor[]":
+        if kind != "desclist":
+            raise BindError(f"{where} ({p.ctype}) receives the tensor list '{a.name}': it must be an array of "
+                            f"descriptor pointers (const desc_t *const *) with its length in another parameter")
+        return (TENSORLIST, a.index, None)
     if a.kind in ("tensor", "tensor?"):
         if kind != "desc":
             raise BindError(f"{where} ({p.ctype}) receives tensor '{a.name}': it must be a pointer "
                             f"to the tensor descriptor struct")
         return (TENSOR, a.index, a.kind == "tensor?")
-    if a.kind == "int[]":
+    if a.kind in ("int[]", "bool[]"):
         if kind != "intptr":
             raise BindError(f"{where} ({p.ctype}) receives the list '{a.name}': it must be an integer pointer")
-        return (INTLIST, a.index, None)
+        return (INTLIST, a.index, None)   # flags (an output_mask) pass as 0/1
     if a.kind == "str":
         if kind != "str":
             raise BindError(f"{where} ({p.ctype}) receives the string '{a.name}': it must be const char *")

@@ -15,10 +15,12 @@ how the router matches C parameters to aten schema arguments.
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import cexpr
 from .errors import HeaderError
 
 # What a C compiler on a Linux/GCC host would predefine; enough for the
@@ -30,7 +32,8 @@ _STD_TYPES = ("size_t ssize_t ptrdiff_t intptr_t uintptr_t int8_t int16_t int32_
               "uint8_t uint16_t uint32_t uint64_t bool _Bool wchar_t FILE va_list").split()
 
 _IDENT = re.compile(r"[A-Za-z_]\w*")
-_INT_LITERAL = re.compile(r"^(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)[uUlL]*$")
+MAX_HEADER_BYTES = 8 << 20     # a runtime header is a few hundred KiB at most
+MAX_EXPANDED_LINE = 1 << 16
 
 
 @dataclass
@@ -59,8 +62,18 @@ class Header:
     path: str
     cdef: str                       # text cffi accepts
     functions: dict[str, Function]
-    constants: dict[str, int] = field(default_factory=dict)
+    constants: dict[str, int] = field(default_factory=dict)   # integer #defines
     typedefs: set[str] = field(default_factory=set)
+    enums: dict[str, dict[str, int]] = field(default_factory=dict)  # enum type -> {member: value}
+
+    def constant(self, name: str) -> int | None:
+        """An integer #define or enum member, without loading the library."""
+        if name in self.constants:
+            return self.constants[name]
+        for members in self.enums.values():
+            if name in members:
+                return members[name]
+        return None
 
 
 # ---------------------------------------------------------------- lexing
@@ -100,75 +113,64 @@ def _join_continuations(text: str) -> list[str]:
     out: list[str] = []
     i = 0
     while i < len(lines):
-        line, extra = lines[i], 0
-        while line.endswith("\\") and i + extra + 1 < len(lines):
+        parts, extra = [lines[i]], 0
+        while parts[-1].endswith("\\") and i + extra + 1 < len(lines):
             extra += 1
-            line = line[:-1] + " " + lines[i + extra]
-        out.append(line)
+            parts[-1] = parts[-1][:-1]
+            parts.append(lines[i + extra])
+        out.append(" ".join(parts))
         out.extend([""] * extra)
         i += extra + 1
     return out
 
 
-# ------------------------------------------------- #if expression evaluator
+# ------------------------------------------- #if and #define arithmetic
 
-_PP_TOKEN = re.compile(r"\s*(0[xX][0-9a-fA-F]+[uUlL]*|\d+[uUlL]*|[A-Za-z_]\w*|&&|\|\||==|!=|<=|>=|<<|>>|[-+*/%<>!~&|^()?:])")
+def _expand_names(expr: str, table: dict, path: str, line: int) -> str:
+    """Object-like macro substitution, repeated (nested macros), bounded:
+    a header whose macros grow without end is an error, not a hang."""
+    for _ in range(8):
+        new = _IDENT.sub(lambda m: table[m.group(0)] or "" if m.group(0) in table else m.group(0), expr)
+        if len(new) > cexpr.MAX_LENGTH:
+            raise HeaderError(path, line, f"macro expansion longer than {cexpr.MAX_LENGTH} characters "
+                                          f"(a macro that expands to itself?)")
+        if new == expr:
+            break
+        expr = new
+    return expr
 
 
 def _eval_pp(expr: str, macros: dict[str, str | None], path: str, line: int) -> int:
     # defined(X) / defined X first, then macro expansion, then arithmetic.
     expr = re.sub(r"defined\s*\(\s*(\w+)\s*\)|defined\s+(\w+)",
                   lambda m: "1" if (m.group(1) or m.group(2)) in macros else "0", expr)
-    for _ in range(8):
-        new = _IDENT.sub(lambda m: (macros.get(m.group(0)) or "0")
-                         if m.group(0) in macros else m.group(0), expr)
-        if new == expr:
-            break
-        expr = new
-    tokens, pos = [], 0
-    while pos < len(expr):
-        if expr[pos:].strip() == "":
-            break
-        m = _PP_TOKEN.match(expr, pos)
-        if not m:
-            raise HeaderError(path, line, f"cannot evaluate #if expression near {expr[pos:]!r}")
-        tokens.append(m.group(1))
-        pos = m.end()
-    py = []
-    for t in tokens:
-        if re.match(r"^(0[xX][0-9a-fA-F]+|\d+)[uUlL]*$", t):
-            py.append(str(int(t.rstrip("uUlL"), 0) if not re.match(r"^0\d", t) else int(t.rstrip("uUlL"), 8)))
-        elif _IDENT.fullmatch(t):
-            py.append("0")  # unknown identifiers are 0, as in C
-        else:
-            py.append({"&&": " and ", "||": " or ", "!": " not ", "/": "//"}.get(t, t))
-    src = " ".join(py)
-    src = re.sub(r"not\s*=", "!=", src)
+    expanded = _expand_names(expr, {k: (v or "0") for k, v in macros.items()}, path, line)
     try:
-        return int(eval(src, {"__builtins__": {}}, {}))  # noqa: S307 - arithmetic on literals only
-    except Exception as e:
-        raise HeaderError(path, line, f"cannot evaluate #if {expr.strip()!r}: {e}") from None
+        return cexpr.evaluate(expanded, lambda name: 0)  # unknown identifiers are 0, as in C
+    except cexpr.CExprError as e:
+        raise HeaderError(path, line, f"cannot evaluate #if {expr.strip()[:80]!r}: {e}") from None
 
 
-def _int_value(value: str, macros: dict[str, str | None]) -> int | None:
-    """Value of a #define body if it is an integer constant expression."""
+def _int_value(value: str, macros: dict[str, str | None], path: str, line: int) -> int | None:
+    """Value of a #define body if it is an integer constant expression; None
+    when it is something else (a type, an attribute, a string).  A body of
+    numbers and operators only that is not a valid, bounded C expression is
+    a HeaderError."""
     v = value.strip()
     if not v:
         return None
-    for _ in range(8):
-        new = _IDENT.sub(lambda m: macros[m.group(0)] or "" if m.group(0) in macros
-                         and m.group(0) not in PREDEFINED else m.group(0), v)
-        if new == v:
-            break
-        v = new
-    if _IDENT.search(re.sub(r"(0[xX][0-9a-fA-F]+|\d+)[uUlL]*", "", v)):
-        return None
-    if not re.fullmatch(r"[\s\d xXa-fA-FuUlL()+\-*/%<>&|^~]*", v):
-        return None
-    v = re.sub(r"(0[xX][0-9a-fA-F]+|\d+)[uUlL]+", r"\1", v).replace("/", "//")
     try:
-        return int(eval(v, {"__builtins__": {}}, {}))  # noqa: S307 - checked to be integer arithmetic
-    except Exception:
+        v = _expand_names(v, {k: m for k, m in macros.items() if k not in PREDEFINED}, path, line)
+    except HeaderError:
+        return None  # too long to be a constant a kernel takes; cffi never sees it
+    arithmetic = not _IDENT.search(re.sub(r"(0[xX][0-9a-fA-F]+|0[bB][01]+|\d+)[uUlL]*", "", v)) \
+        and re.search(r"\d", v) is not None and not any(c in v for c in "'\".")
+    try:
+        return cexpr.evaluate(v)
+    except cexpr.CExprError as e:
+        if arithmetic:
+            raise HeaderError(path, line, f"#define value {value.strip()[:80]!r} is not a valid C integer "
+                                          f"constant expression: {e}") from None
         return None
 
 
@@ -292,7 +294,7 @@ def preprocess(text: str, path: str = "<header>") -> tuple[str, dict[str, int]]:
                     funclike[name] = (params, pm.group(2))
                     continue
                 macros[name] = body
-                val = _int_value(body, macros)
+                val = _int_value(body, macros, path, lineno)
                 if val is not None:
                     constants[name] = val
                     out[-1] = f"#define {name} {val}"
@@ -315,18 +317,21 @@ def preprocess(text: str, path: str = "<header>") -> tuple[str, dict[str, int]]:
     # macros such as X1_API, or aliases), in code lines only.
     expand = {k: v or "" for k, v in macros.items() if k not in constants and k not in PREDEFINED}
 
-    def expand_line(line: str) -> str:
+    def expand_line(lineno: int, line: str) -> str:
         if line.startswith("#define"):
             return line
         for _ in range(8):
             new = _IDENT.sub(lambda m: expand[m.group(0)] if m.group(0) in expand else m.group(0), line)
+            if len(new) > MAX_EXPANDED_LINE:
+                raise HeaderError(path, lineno, f"macro expansion makes this line longer than "
+                                                f"{MAX_EXPANDED_LINE} characters")
             if new == line:
                 break
             line = new
         return line
 
-    body = "\n".join(expand_line(ln) for ln in body.split("\n"))
-    body = _expand_calls(body, funclike)
+    body = "\n".join(expand_line(i, ln) for i, ln in enumerate(body.split("\n"), 1))
+    body = _expand_calls(body, funclike, path, 4 * len(text) + (1 << 20))
     body = _strip_extensions(body)
     # extern "C" { ... } written without an #ifdef __cplusplus guard
     body = re.sub(r'extern\s+"C"\s*\{', lambda m: re.sub(r"[^\n]", " ", m.group(0)) + "\x00", body)
@@ -338,15 +343,17 @@ def preprocess(text: str, path: str = "<header>") -> tuple[str, dict[str, int]]:
     return body, constants
 
 
-def _expand_calls(body: str, funclike: dict) -> str:
+def _expand_calls(body: str, funclike: dict, path: str = "<header>", limit: int = 1 << 24) -> str:
     """Expands uses of function-like macros by substituting their arguments
-    (newlines inside a use are kept, so line numbers stay true)."""
+    (newlines inside a use are kept, so line numbers stay true).  The text
+    may grow to `limit` characters; past that the header is refused."""
     for _ in range(8):
         changed = False
         for name, (params, repl) in funclike.items():
             start = 0
+            use = re.compile(r"\b" + re.escape(name) + r"\s*\(")
             while True:
-                m = re.compile(r"\b" + re.escape(name) + r"\s*\(").search(body, start)
+                m = use.search(body, start)
                 if not m:
                     break
                 depth, j, args, cur = 0, m.end() - 1, [], m.end()
@@ -369,6 +376,10 @@ def _expand_calls(body: str, funclike: dict) -> str:
                     out = re.sub(r"\b" + re.escape(p) + r"\b", lambda _m, a=a: a, out)
                 out += "\n" * body[m.start():j + 1].count("\n")
                 body = body[:m.start()] + out + body[j + 1:]
+                if len(body) > limit:
+                    raise HeaderError(path, body.count("\n", 0, m.start()) + 1,
+                                      f"expanding macro {name} makes the header longer than {limit} "
+                                      f"characters (a macro that expands to itself?)")
                 start = m.start() + len(out)
                 changed = True
         if not changed:
@@ -404,20 +415,34 @@ def _typedef_prelude(text: str) -> str:
     return "".join(f"typedef int {t};" for t in _STD_TYPES if t not in declared and t != "_Bool")
 
 
-def parse_functions(cdef: str, path: str = "<header>") -> tuple[dict[str, Function], set[str]]:
-    """Function declarations with parameter names, and the typedef names."""
-    from pycparser import c_ast, c_generator, c_parser
+def _parse_c(cdef: str, path: str):
+    from pycparser import c_parser
 
     # pycparser does not take #define lines; blank them (keeping lines)
     src = "\n".join("" if ln.startswith("#") else ln for ln in cdef.split("\n"))
     prelude = _typedef_prelude(src)
     try:
-        ast = c_parser.CParser().parse(prelude + "\n" + src, filename=path)
-    except Exception as e:  # pycparser.plyparser.ParseError
+        return c_parser.CParser().parse(prelude + "\n" + src, filename=path)
+    except RecursionError:
+        raise HeaderError(path, 1, "declarations nested too deeply to parse") from None
+    except Exception as e:  # noqa: BLE001 - pycparser's ParseError, or its lexer's errors
         m = re.search(r":(\d+):(\d+): (.*)", str(e))
         if m:
-            raise HeaderError(path, int(m.group(1)) - 1, m.group(3)) from None
-        raise HeaderError(path, 0, str(e)) from None
+            raise HeaderError(path, max(1, int(m.group(1)) - 1), m.group(3)) from None
+        raise HeaderError(path, 1, f"cannot parse: {e}") from None
+
+
+def parse_functions(cdef: str, path: str = "<header>") -> tuple[dict[str, Function], set[str]]:
+    """Function declarations with parameter names, and the typedef names."""
+    ast = _parse_c(cdef, path)
+    try:
+        return _functions(ast)
+    except RecursionError:
+        raise HeaderError(path, 1, "declarations nested too deeply to parse") from None
+
+
+def _functions(ast) -> tuple[dict[str, Function], set[str]]:
+    from pycparser import c_ast, c_generator
     gen = c_generator.CGenerator()
     functions: dict[str, Function] = {}
     typedefs: set[str] = set()
@@ -463,16 +488,79 @@ def parse_functions(cdef: str, path: str = "<header>") -> tuple[dict[str, Functi
                 params.append(prm)
         ret = gen.visit(fd.type)
         functions[ext.name] = Function(ext.name, re.sub(r"\s+", " ", ret.replace(ext.name, "")).strip(),
-                                       params, max(1, ext.coord.line - 1) if ext.coord else 0)
+                                       params, max(1, ext.coord.line - 1) if ext.coord else 1)
     return functions, typedefs
+
+
+def _enums(ast, constants: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Enum members and values, as C numbers them (a member without a value
+    is the previous one plus one).  A value that is not a bounded constant
+    ends the enum's known members (cffi reports it when the library loads)."""
+    from pycparser import c_ast, c_generator
+    gen = c_generator.CGenerator()
+    out: dict[str, dict[str, int]] = {}
+    known: dict[str, int] = dict(constants)
+
+    def value_of(name):
+        if name in known:
+            return known[name]
+        raise cexpr.NotConstant(name)
+
+    def collect(enum, key):
+        members: dict[str, int] = {}
+        nxt = 0
+        for e in (enum.values.enumerators if enum.values else ()):
+            if e.value is not None:
+                try:
+                    nxt = cexpr.evaluate(gen.visit(e.value), value_of)
+                except (cexpr.CExprError, RecursionError):
+                    break
+            members[e.name] = known[e.name] = nxt
+            nxt += 1
+        out[key] = members
+
+    for ext in ast.ext:
+        t = getattr(ext, "type", None)
+        t = getattr(t, "type", t) if isinstance(ext, c_ast.Typedef) else t
+        if isinstance(t, c_ast.Enum) and t.values is not None:
+            key = ext.name if isinstance(ext, c_ast.Typedef) else \
+                (f"enum {t.name}" if t.name else f"<enum at line {max(1, ext.coord.line - 1)}>")
+            collect(t, key)
+    return out
 
 
 def load_header(path: str | Path) -> Header:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8", errors="replace")
+        with open(p, "rb") as f:
+            raw = f.read(MAX_HEADER_BYTES + 1)
     except OSError as e:
-        raise HeaderError(str(p), 0, f"cannot read header: {e.strerror or e}") from None
+        raise HeaderError(str(p), 1, f"cannot read header: {e.strerror or e}") from None
+    if len(raw) > MAX_HEADER_BYTES:
+        raise HeaderError(str(p), 1, f"larger than {MAX_HEADER_BYTES >> 20} MiB; flbridge reads one "
+                                     f"runtime header, not a whole SDK (point runtime_header at it)")
+    key = (str(p.resolve()), hashlib.sha256(raw).digest())
+    got = _CACHE.get(key)
+    if got is None:
+        got = _CACHE[key] = _load(p, raw)
+        while len(_CACHE) > 16:
+            _CACHE.pop(next(iter(_CACHE)))
+    return got
+
+
+# Specs that share a runtime (x1 and its revision 2) parse its header once.
+# Headers are not modified after loading; the key includes the content.
+_CACHE: dict = {}
+
+
+def _load(p: Path, raw: bytes) -> Header:
+    # comments in other encodings (GBK, Latin-1) are common and harmless
+    text = raw.decode("utf-8", errors="replace")
     cdef, constants = preprocess(text, str(p))
-    functions, typedefs = parse_functions(cdef, str(p))
-    return Header(str(p), cdef, functions, constants, typedefs)
+    ast = _parse_c(cdef, str(p))
+    try:
+        functions, typedefs = _functions(ast)
+        enums = _enums(ast, constants)
+    except RecursionError:
+        raise HeaderError(str(p), 1, "declarations nested too deeply to parse") from None
+    return Header(str(p), cdef, functions, constants, typedefs, enums)

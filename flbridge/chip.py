@@ -6,28 +6,33 @@ from collections import OrderedDict
 
 import torch
 
+from . import launch
 from .residency import DeviceAllocator
 from .chipstats import ChipStats
 
 
+CONSTANT_CACHE = 64   # scalar constants kept on the device per chip (a kernel call uses at most a few)
+
+
 class Chip:
+    available = True   # see unavailable.UnavailableChip for a slot whose spec failed
+
     def __init__(self, index: int, spec, runtime):
         self.index = index
         self.spec = spec
         self.runtime = runtime
+        runtime.chip = self
         self.device_type = spec.device_type
         self.device = torch.device("fl", index)
         self.allocator = DeviceAllocator(self)
         self.stats = ChipStats()
         self.routes: dict = {}            # OpOverload -> route.OpRoute
-        self.warned: set = set()          # (op, reason) already warned about
-        self.reported_errors: set = set()
-        self.generator = torch.Generator()  # this chip's RNG (random ops run on the host)
+        self.warned: set = set()          # (op, kind of reason) already warned about
+        self.generator = torch.Generator(device="cpu")  # this chip's RNG (random ops run on the host)
         self.generator.manual_seed(torch.initial_seed())
+        # (type, value, dtype) -> (0-dim device tensor, {shape: broadcast descriptor})
         self._constants: OrderedDict = OrderedDict()
         self._const_lock = threading.RLock()
-        self._const_descs: dict = {}
-        self._const_keep: dict = {}
 
     def __repr__(self) -> str:
         return f"<Chip fl:{self.index} {self.device_type}>"
@@ -35,14 +40,32 @@ class Chip:
     def constant(self, value, dtype: torch.dtype):
         """A 0-dim tensor holding `value`, resident on the device, for scalars
         passed where a kernel takes a tensor.  Made with the chip's fill
-        kernel (no transfer) and cached."""
+        kernel (no transfer) and kept in a small LRU cache: a training loop
+        passes a new scalar every step (Adam's bias corrections), so the
+        device memory held for constants stays bounded."""
+        return self._constant_entry(value, dtype)[0]
+
+    def constant_desc(self, value, dtype: torch.dtype, shape):
+        """Descriptor of constant(value, dtype) broadcast to `shape` (stride
+        0), cached with the constant (and dropped with it)."""
+        t, descs = self._constant_entry(value, dtype)
+        shape = tuple(shape)
+        d = descs.get(shape)
+        if d is None:
+            d = descs[shape] = self.runtime.desc(t._st.dev, shape, (0,) * len(shape), dtype)
+        return d
+
+    def _constant_entry(self, value, dtype):
         from .tensor import new_tensor
         key = (type(value), value, dtype)
+        cap = launch.STATE.capture
         with self._const_lock:
-            t = self._constants.get(key)
-            if t is not None:
+            got = self._constants.get(key)
+            if got is not None:
                 self._constants.move_to_end(key)
-                return t
+                if cap is not None:
+                    cap.keep(got[0])   # a captured graph reads it at replay: keep it alive
+                return got
         t = new_tensor(self, (), (), dtype)
         st = t._st
         rt = self.runtime
@@ -54,24 +77,14 @@ class Chip:
             st.ensure_host()
             st.host_flat(dtype)[0] = value
             st.wrote_host()
+        got = (t, {})
+        if cap is not None:
+            cap.keep(t)
         with self._const_lock:
-            self._constants[key] = t
-            if len(self._constants) > 256:
+            self._constants[key] = got
+            while len(self._constants) > CONSTANT_CACHE:
                 self._constants.popitem(last=False)
-        return t
-
-    def constant_desc(self, value, dtype: torch.dtype, shape):
-        """Descriptor of constant(value, dtype) broadcast to `shape` (stride 0), cached."""
-        key = (type(value), value, dtype, tuple(shape))
-        d = self._const_descs.get(key)
-        if d is None:
-            t = self.constant(value, dtype)
-            d = self.runtime.desc(t._st.dev, tuple(shape), (0,) * len(shape), dtype)
-            if len(self._const_descs) > 1024:
-                self._const_descs.clear()
-            self._const_descs[key] = d
-            self._const_keep[key] = t  # keeps the constant's storage alive
-        return d
+        return got
 
     def memory_allocated(self) -> int:
         return self.allocator.allocated

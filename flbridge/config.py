@@ -6,20 +6,28 @@ does nothing.
 """
 from __future__ import annotations
 
-import difflib
+import logging
 import os
 import re
+import sys
 import warnings
 from dataclasses import dataclass, field
+
+from .suggest import closest
 
 KNOWN = {
     "FLBRIDGE_DEVICE_DIR": "folders holding device spec YAML files (path list)",
     "FLBRIDGE_FALLBACK": "0: never fall back to the CPU; raise UnsupportedOpError instead (default 1)",
     "FLBRIDGE_FORCE_FALLBACK": "comma-separated regexes of op names sent to the CPU (bisect a kernel)",
-    "FLBRIDGE_LOG": "comma-separated: dispatch, fallback, transfer (or all)",
+    "FLBRIDGE_LOG": "comma-separated: dispatch, fallback, transfer (or all); printed on stderr",
     "FLBRIDGE_WARN": "fallback warnings: once (default, per op/chip/reason), always, or off",
     "FLBRIDGE_ZERO_COPY": "0: never map host memory, always copy (default 1)",
     "FLBRIDGE_CACHING_ALLOCATOR": "0: free device memory at once instead of caching it (default 1)",
+    "FLBRIDGE_AUTOCOMPARE": "1: run every op that ran on a chip again on the CPU and compare (or comma-separated "
+                            "regexes of op names); the report goes to stderr at exit",
+    "FLBRIDGE_AUTOCOMPARE_REPORT": "file to write the autocompare report to as JSON at exit",
+    "FLBRIDGE_STRICT_SPECS": "1: a spec with problems makes init() raise; default 0: its chip is unavailable "
+                             "and the others load",
 }
 LOG_TOPICS = ("dispatch", "fallback", "transfer")
 
@@ -36,6 +44,9 @@ class Config:
     warn: str = "once"
     zero_copy: bool = True
     caching_allocator: bool = True
+    strict_specs: bool = False
+    autocompare: str = ""          # "", "1" or op-name regexes
+    autocompare_report: str = ""
 
     def forced(self, qualname: str) -> bool:
         return any(r.search(qualname) for r in self.force_fallback)
@@ -57,13 +68,14 @@ def _flag(name: str, default: bool) -> bool:
 def load() -> Config:
     for name in os.environ:
         if name.startswith("FLBRIDGE_") and name not in KNOWN:
-            near = difflib.get_close_matches(name, list(KNOWN), 1, 0.6)
-            hint = f"; did you mean {near[0]}?" if near else f" (known: {', '.join(KNOWN)})"
+            near = closest(name, KNOWN)
+            hint = f"; did you mean {near}?" if near else f" (known: {', '.join(KNOWN)})"
             warnings.warn(f"unknown environment variable {name} is ignored{hint}", ConfigWarning, stacklevel=3)
     cfg = Config()
     cfg.fallback = _flag("FLBRIDGE_FALLBACK", True)
     cfg.zero_copy = _flag("FLBRIDGE_ZERO_COPY", True)
     cfg.caching_allocator = _flag("FLBRIDGE_CACHING_ALLOCATOR", True)
+    cfg.strict_specs = _flag("FLBRIDGE_STRICT_SPECS", False)
     pats = os.environ.get("FLBRIDGE_FORCE_FALLBACK", "")
     for p in filter(None, (x.strip() for x in pats.split(","))):
         try:
@@ -84,6 +96,8 @@ def load() -> Config:
                       stacklevel=3)
         w = "once"
     cfg.warn = w
+    cfg.autocompare = os.environ.get("FLBRIDGE_AUTOCOMPARE", "").strip()
+    cfg.autocompare_report = os.environ.get("FLBRIDGE_AUTOCOMPARE_REPORT", "").strip()
     return cfg
 
 
@@ -94,4 +108,31 @@ def reload() -> Config:
     """Re-reads the environment (init() does this)."""
     new = load()
     CONFIG.__dict__.update(new.__dict__)
+    _log_to_stderr(CONFIG.log)
     return CONFIG
+
+
+class _StderrHandler(logging.Handler):
+    """FLBRIDGE_LOG's lines on stderr, unless the program's own logging
+    configuration prints them already (a root handler that takes INFO)."""
+
+    def emit(self, record):
+        if any(h.level <= record.levelno for h in logging.getLogger().handlers):
+            return
+        try:
+            sys.stderr.write(f"flbridge: {record.getMessage()}\n")
+        except Exception:  # noqa: BLE001 - a closed stderr must not break the op being logged
+            self.handleError(record)
+
+
+def _log_to_stderr(topics) -> None:
+    """Setting FLBRIDGE_LOG is enough to see its lines: the flbridge logger
+    logs at INFO and prints to stderr by itself (Python drops INFO records
+    when logging is not configured)."""
+    log = logging.getLogger("flbridge")
+    for h in [h for h in log.handlers if isinstance(h, _StderrHandler)]:
+        log.removeHandler(h)
+    if topics:
+        log.addHandler(_StderrHandler())
+        if log.level == logging.NOTSET or log.level > logging.INFO:
+            log.setLevel(logging.INFO)

@@ -6,25 +6,28 @@ from __future__ import annotations
 import contextlib
 
 import torch
-from torch.overrides import TorchFunctionMode
-from torch.utils._device import _device_constructors
+from torch.utils._device import DeviceContext, _device_constructors
 
 from .devices import _TLS, chip_for, current_device
 
 
-class _XpuMode(TorchFunctionMode):
-    """Inside `flbridge.device(...)`: 'xpu', 'xpu:<name>' and 'fl' without an
-    index mean the context's chip; factories without a device land there."""
+class _XpuMode(DeviceContext):
+    """Inside `flbridge.device(...)`: PyTorch's own default-device context
+    (`with torch.device(...)`: factories without a device, modules' parameters
+    and torch.get_default_device() land on the chip; it nests and unwinds
+    like torch's), plus 'xpu', 'xpu:<name>' and 'fl' without an index
+    understood wherever torch takes a device."""
 
     def __init__(self, chip):
-        super().__init__()
+        super().__init__(chip.device)
         self.chip = chip
-        self.device = chip.device
 
     def _map(self, v):
         if isinstance(v, str):
-            if v == "xpu" or v.startswith("xpu:") or v == "fl":
-                return self.device if v in ("xpu", "fl") else chip_for(v).device
+            if v in ("xpu", "fl"):
+                return self.device
+            if v.startswith("xpu:"):
+                return chip_for(v).device
             return v
         if isinstance(v, torch.device):
             if v.type == "xpu":
@@ -38,13 +41,15 @@ class _XpuMode(TorchFunctionMode):
         if func is torch.device:
             # torch.device("xpu:x1") / torch.device("xpu") / torch.device("xpu", 2)
             if len(args) == 1 and not kwargs and isinstance(args[0], str):
-                return self._map(args[0]) if isinstance(self._map(args[0]), torch.device) else func(*args)
+                m = self._map(args[0])
+                return m if isinstance(m, torch.device) else func(*args)
             if len(args) == 2 and args[0] == "xpu":
                 return chip_for(args[1]).device
             return func(*args, **kwargs)
-        if "device" in kwargs:
-            kwargs["device"] = self._map(kwargs["device"])
-        elif func in _device_constructors() and func is not torch.device:
+        dev = kwargs.get("device")
+        if dev is not None:
+            kwargs["device"] = self._map(dev)
+        elif func in _device_constructors():
             kwargs["device"] = self.device
         args = tuple(self._map(a) if isinstance(a, (str, torch.device)) else a for a in args)
         return func(*args, **kwargs)
@@ -52,8 +57,9 @@ class _XpuMode(TorchFunctionMode):
 
 @contextlib.contextmanager
 def device(spec_name="xpu"):
-    """with flbridge.device("xpu:x1") as dev: ...  (thread-local, nestable)"""
-    chip = chip_for(spec_name) if not isinstance(spec_name, torch.device) else chip_for(spec_name)
+    """with flbridge.device("xpu:x1") as dev: ...  (thread-local current chip,
+    nestable; the default device as `with torch.device(dev)` sets it)"""
+    chip = chip_for(spec_name)
     prev = current_device()
     _TLS.current = chip.index
     torch._C._set_multithreading_enabled(False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from . import launch
 from .ops import WRITE_ONLY
 from .residency import Storage
 from .tensor import XPUTensor, covers_storage, host_view, new_tensor, set_geometry
@@ -24,46 +25,20 @@ def cpu_fallback(route, args, kwargs):
     results that alias an argument share its storage."""
     chip = route.chip
     opi = route.opi
-    func = route.func
-    mutated_names = {opi.args[i].name for i in opi.mutated}
-    host_to_xpu: dict = {}
-    storages: dict = {}
-
-    def conv(v, written):
-        if type(v) is XPUTensor:
-            st = v._st
-            if st.chip is not chip:
-                raise _device_mismatch(chip.device, v.device)
-            if written and not st.host_valid and covers_storage(v) and func in WRITE_ONLY:
-                if st.host is None:
-                    st.host = torch.empty(st.nbytes, dtype=torch.uint8)
-                    st.typed = None
-                st.host_valid = True  # every byte is about to be overwritten
-            h = host_view(v)
-            host_to_xpu[id(h)] = (h, v)
-            if st.nbytes:
-                storages[st.host.untyped_storage().data_ptr()] = st
-            return h
-        if isinstance(v, torch.Tensor):
-            if v.device.type == "fl":  # an fl tensor that is not an XPUTensor: sparse, nested, ...
-                raise NotImplementedError(f"flbridge: {v.layout} tensors are not supported on fl devices "
-                                          f"(only strided ones); keep them on the CPU")
-            # PyTorch lets a 0-dim CPU tensor stand beside any device's tensors
-            if v.device.type != "cpu" or (v.dim() > 0 and not route.mixed_device_ok):
-                raise _device_mismatch(chip.device, v.device)
-            return v
-        if isinstance(v, (list, tuple)):
-            return type(v)(conv(x, written) for x in v)
-        if isinstance(v, torch.device) and v.type == "fl":
-            return torch.device("cpu")
-        return v
-
-    cargs = [conv(a, i < len(opi.args) and opi.args[i].name in mutated_names) for i, a in enumerate(args)]
-    ckwargs = {k: conv(v, k in mutated_names) for k, v in kwargs.items()}
+    if launch.STATE.capture is not None:
+        launch.STATE.capture.cpu_fallback(route, "no native route")
+    mutated_names = route.mutated_names
+    seen = _Seen(route)
+    cargs = [_to_host(a, i < len(opi.args) and opi.args[i].name in mutated_names, seen)
+             for i, a in enumerate(args)]
+    ckwargs = {k: _to_host(v, k in mutated_names, seen) for k, v in kwargs.items()}
+    fix = _CPU_ARG_DTYPES.get(route.func)
+    if fix is not None:
+        _match_dtypes(opi, cargs, ckwargs, *fix)
     if route.seeded:
         result = _run_seeded(route, cargs, ckwargs)
     else:
-        result = func(*cargs, **ckwargs)
+        result = route.func(*cargs, **ckwargs)
     # written arguments: host bytes are now the truth
     for i in opi.mutated:
         name = opi.args[i].name
@@ -74,7 +49,78 @@ def cpu_fallback(route, args, kwargs):
         for t, h in zip(targets, hosts):
             if type(t) is XPUTensor:
                 _after_host_write(t, h)
-    return _wrap_results(chip, result, host_to_xpu, storages)
+    return _wrap_results(chip, result, seen.host_to_xpu, seen.storages)
+
+
+# Backward ops whose CPU kernels want their saved statistics in the input's
+# dtype, while the forward on the device (PyTorch's device semantics, as on
+# CUDA) produced them in float32 for bfloat16/float16 inputs.
+_CPU_ARG_DTYPES = {
+    torch.ops.aten.native_layer_norm_backward.default: ("input", ("mean", "rstd")),
+    torch.ops.aten.native_group_norm_backward.default: ("input", ("mean", "rstd")),
+}
+
+
+def _match_dtypes(opi, cargs, ckwargs, ref_name, names):
+    def get(name):
+        a = opi.by_name[name]
+        return cargs[a.index] if a.index < len(cargs) else ckwargs.get(name)
+
+    def put(name, v):
+        a = opi.by_name[name]
+        if a.index < len(cargs):
+            cargs[a.index] = v
+        else:
+            ckwargs[name] = v
+
+    ref = get(ref_name)
+    for name in names:
+        v = get(name)
+        if isinstance(v, torch.Tensor) and isinstance(ref, torch.Tensor) and v.dtype != ref.dtype:
+            put(name, v.to(ref.dtype))
+
+
+class _Seen:
+    """What one fallback call mapped: host view -> its fl tensor, host
+    address -> Storage (so results aliasing an argument share its storage).
+    A plain object rather than a closure's cells: no reference cycle keeps
+    the arguments alive after the call."""
+    __slots__ = ("route", "host_to_xpu", "storages")
+
+    def __init__(self, route):
+        self.route, self.host_to_xpu, self.storages = route, {}, {}
+
+
+def _to_host(v, written, seen):
+    if type(v) is XPUTensor:
+        route = seen.route
+        chip = route.chip
+        st = v._st
+        if st.chip is not chip:
+            raise _device_mismatch(chip.device, v.device)
+        if written and not st.host_valid and covers_storage(v) and route.func in WRITE_ONLY:
+            if st.host is None:
+                st.host = torch.empty(st.nbytes, dtype=torch.uint8, device="cpu")
+                st.typed = None
+            st.host_valid = True  # every byte is about to be overwritten
+        h = host_view(v)
+        seen.host_to_xpu[id(h)] = (h, v)
+        if st.nbytes:
+            seen.storages[st.host.untyped_storage().data_ptr()] = st
+        return h
+    if isinstance(v, torch.Tensor):
+        if v.device.type == "fl":  # an fl tensor that is not an XPUTensor: sparse, nested, ...
+            raise NotImplementedError(f"flbridge: {v.layout} tensors are not supported on fl devices "
+                                      f"(only strided ones); keep them on the CPU")
+        # PyTorch lets a 0-dim CPU tensor stand beside any device's tensors
+        if v.device.type != "cpu" or (v.dim() > 0 and not seen.route.mixed_device_ok):
+            raise _device_mismatch(seen.route.chip.device, v.device)
+        return v
+    if isinstance(v, (list, tuple)):
+        return type(v)(_to_host(x, written, seen) for x in v)
+    if isinstance(v, torch.device) and v.type == "fl":
+        return torch.device("cpu")
+    return v
 
 
 def _device_mismatch(a, b):
@@ -114,7 +160,7 @@ def _after_host_write(t: XPUTensor, h: torch.Tensor) -> None:
     # the CPU kernel resized the tensor into new memory: the tensor's storage
     # grows in place (views of it see the new memory, as in PyTorch)
     us = h.untyped_storage()
-    st.host = torch.empty(0, dtype=torch.uint8).set_(us)
+    st.host = torch.empty(0, dtype=torch.uint8, device="cpu").set_(us)
     st.typed = None
     st.drop_device()
     st.nbytes = us.nbytes()
@@ -133,6 +179,9 @@ def _wrap_results(chip, result, host_to_xpu, storages):
             raise NotImplementedError(f"flbridge: {result.layout} tensors are not supported on fl devices "
                                       f"(only strided ones); do this on the CPU (.cpu()) and move the "
                                       f"dense result back")
+        if result._is_zerotensor():
+            # an "efficient" zero tensor has no bytes: fl tensors are dense
+            result = torch.zeros(result.shape, dtype=result.dtype, device="cpu")
         if result.is_conj() or result.is_neg():
             # a lazily conjugated/negated view: the bytes alone would lose the sign
             result = result.resolve_conj().resolve_neg()

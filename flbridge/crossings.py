@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from . import launch
 from .argkeys import to_meta
 from .devices import chip_for
 from .residency import Storage
@@ -20,6 +21,8 @@ def copy_(func, args, kwargs):
     if type(dst) is XPUTensor and type(src) is XPUTensor and dst._st.chip is src._st.chip:
         return route(func, args, kwargs)
     if type(dst) is XPUTensor:
+        if launch.STATE.capture is not None:
+            raise _capture_error(f"a copy into {dst.device} from {src.device}")
         src_cpu = host_view(src) if type(src) is XPUTensor else src
         st = dst._st
         if src_cpu.device.type != "cpu":
@@ -27,7 +30,7 @@ def copy_(func, args, kwargs):
         if covers_storage(dst) and not st.host_valid and tuple(src_cpu.shape) == tuple(dst.shape):
             # every byte is replaced: no need to fetch the old ones
             if st.host is None:
-                st.host = torch.empty(st.nbytes, dtype=torch.uint8)
+                st.host = torch.empty(st.nbytes, dtype=torch.uint8, device="cpu")
                 st.typed = None
             st.host_valid = True
         if st.nbytes:
@@ -48,6 +51,8 @@ def to_copy(func, args, kwargs):
         if device is not None and device.index is None:
             kwargs = dict(kwargs, device=self.device)
         return route(func, args, kwargs)
+    if launch.STATE.capture is not None:
+        raise _capture_error(f"a copy from {self.device} to {device}")
     kw = {k: v for k, v in kwargs.items() if k != "device"}
     with torch.no_grad():
         cpu = aten._to_copy(host_view(self), **kw)
@@ -71,7 +76,7 @@ def empty_like(func, args, kwargs):
     m = func(to_meta(self), *[to_meta(a) for a in args[1:]],
              **{k: to_meta(v) for k, v in kwargs.items() if k not in ("device", "pin_memory")})
     if device is not None and torch.device(device).type == "cpu":
-        return torch.empty_strided(tuple(m.shape), m.stride(), dtype=m.dtype)
+        return torch.empty_strided(tuple(m.shape), m.stride(), dtype=m.dtype, device="cpu")
     chip = self._st.chip
     if device is not None and torch.device(device).type == "fl":
         chip = chip_for(torch.device(device))
@@ -102,3 +107,9 @@ def full_like(func, args, kwargs):
     return aten.fill_.Scalar(t, value)
 
 
+
+
+def _capture_error(what):
+    from .graphs import GraphCaptureError
+    return GraphCaptureError(f"{what} during graph capture: host data cannot be replayed. Copy new data into "
+                             f"static device tensors before replay(), and read results after it")

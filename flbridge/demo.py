@@ -45,8 +45,14 @@ def _fmt_bytes(n: int) -> str:
 
 
 def run_demo(steps: int = 8, device=None, batch: int = 16, out=print) -> int:
+    """Trains on `device` (a spec name or fl index; default the current fl
+    device, fl:0) and on the CPU side by side."""
     import flbridge
     from .backend import chip_for, current_device
+
+    for name, v in (("steps", steps), ("batch", batch)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"demo: {name} must be a whole number of at least 1, got {v!r}")
 
     flbridge.init()
     if not flbridge.chips():

@@ -12,8 +12,47 @@ import torch
 
 from .errors import FlbridgeError
 
-_STATE = types.SimpleNamespace(registered=False, chips=[], by_type={}, library=None)
-_TLS = threading.local()
+_STATE = types.SimpleNamespace(registered=False, initialized=False, chips=[], by_type={}, library=None)
+
+
+def default_index() -> int:
+    """The current device of a thread that chose none: fl:0, or the first
+    usable chip when fl:0's spec is broken (its index stays reserved)."""
+    for c in _STATE.chips:
+        if getattr(c, "available", True):
+            return c.index
+    return 0
+
+
+class _ThreadState(threading.local):
+    """Per-thread state.  Setting `current` (the current fl device's index, by
+    set_device, torch.fl.device or flbridge.device) runs CURRENT_DEVICE_HOOKS,
+    so what follows the current chip (autocast's default dtype, see
+    flbridge.amp) stays in step however it changes."""
+    _current = None
+
+    @property
+    def current(self) -> int:
+        c = self._current
+        return default_index() if c is None else c
+
+    @current.setter
+    def current(self, index: int) -> None:
+        self._current = index
+        for hook in CURRENT_DEVICE_HOOKS:
+            hook(index)
+
+
+CURRENT_DEVICE_HOOKS: list = []   # fn(index), called in the thread whose current device changed
+_TLS = _ThreadState()
+
+
+def lazy_init() -> None:
+    """The first use of an fl device before flbridge.init() initializes,
+    as the first CUDA call does."""
+    if not _STATE.initialized:
+        import flbridge
+        flbridge.init()
 
 
 def chips() -> list:
@@ -21,7 +60,7 @@ def chips() -> list:
 
 
 def current_device() -> int:
-    return getattr(_TLS, "current", 0)
+    return _TLS.current
 
 
 def set_device(device) -> None:
@@ -31,13 +70,15 @@ def set_device(device) -> None:
 def chip_for(device) -> "Chip":  # noqa: F821
     """The chip for a torch.device('fl', i), an index, or a spec name ('xpu:x1')."""
     if not _STATE.chips:
-        raise FlbridgeError("no fl devices: call flbridge.init() first (and check FLBRIDGE_DEVICE_DIR "
-                            "if it found no device specs)")
+        lazy_init()
+    if not _STATE.chips:
+        raise FlbridgeError("no fl devices: flbridge.init() found no usable device spec (check "
+                            "FLBRIDGE_DEVICE_DIR, or run `flbridge doctor`)")
     if isinstance(device, str) and device.startswith("xpu"):
         if device in ("xpu",):
-            return _STATE.chips[current_device()]
+            return chip_for(current_device())
         if device in _STATE.by_type:
-            return _STATE.by_type[device]
+            return chip_for(_STATE.by_type[device].index)
         rest = device[4:]
         if rest.isdigit():
             return chip_for(int(rest))
@@ -53,7 +94,10 @@ def chip_for(device) -> "Chip":  # noqa: F821
     if not 0 <= idx < len(_STATE.chips):
         raise FlbridgeError(f"fl:{idx} does not exist ({len(_STATE.chips)} fl devices: "
                             + ", ".join(f"fl:{c.index}={c.device_type}" for c in _STATE.chips) + ")")
-    return _STATE.chips[idx]
+    chip = _STATE.chips[idx]
+    if not getattr(chip, "available", True):
+        raise chip.error()   # its spec is broken: say which file and why, before anything uses it
+    return chip
 
 
 def torch_device(spec_name: str) -> torch.device:

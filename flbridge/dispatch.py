@@ -16,9 +16,10 @@ import threading
 
 import torch
 
-from . import crossings, metaops
+from . import c10d_ops, crossings, failsafe, metaops
 from .foreach import foreach
-from .opkinds import ALIAS, COMPOSITE, FOREACH, INPLACE_VIEW, ROUTED, SPECIAL, SPECIAL_OPS, VIEW, kind
+from .launch import WATCH
+from .opkinds import ALIAS, COLLECTIVE, COMPOSITE, FOREACH, INPLACE_VIEW, ROUTED, SPECIAL, SPECIAL_OPS, VIEW, kind
 from .route import route
 from .tensor import XPUTensor
 
@@ -26,22 +27,49 @@ aten = torch.ops.aten
 
 
 def dispatch(cls, func, types, args=(), kwargs=None):
-    if not _THREAD.__dict__:
-        _first_op_in_thread()
-    h = _HANDLERS.get(func)
-    if h is route:
-        # the common case, inlined: the chip of the first argument, its route
-        a = args[0] if args else None
-        if type(a) is XPUTensor:
-            r = a._st.chip.routes.get(func)
-            if r is not None:
-                return r(args, kwargs or {})
-    elif h is None:
-        h = _HANDLERS[func] = _handler(func)
-    return h(func, args, kwargs or {})
+    try:
+        if not _THREAD.__dict__:
+            _first_op_in_thread()
+        if WATCH.active:
+            return _watched(func, args, kwargs or {})
+        h = _HANDLERS.get(func)
+        if h is route:
+            # the common case, inlined: the chip of the first argument, its route
+            a = args[0] if args else None
+            if type(a) is XPUTensor:
+                r = a._st.chip.routes.get(func)
+                if r is not None:
+                    return r(args, kwargs or {})
+        elif h is None:
+            h = _HANDLERS[func] = _handler(func)
+        return h(func, args, kwargs or {})
+    except Exception as err:  # noqa: BLE001 - raised here, or at the end of a backward pass
+        return failsafe.defer(err, func, args, kwargs)
 
 
 _THREAD = threading.local()
+
+
+def _watched(func, args, kwargs):
+    """dispatch() while observers are attached (flbridge.launch.attach):
+    each sees the op around its run (autocompare, logging)."""
+    h = _HANDLERS.get(func)
+    if h is None:
+        h = _HANDLERS[func] = _handler(func)
+    run = _OpThunk(h, func, args, kwargs)
+    for obs in WATCH.observers:
+        run = obs.wrap_op(func, args, kwargs, run)
+    return run()
+
+
+class _OpThunk:
+    __slots__ = ("h", "func", "args", "kwargs")
+
+    def __init__(self, h, func, args, kwargs):
+        self.h, self.func, self.args, self.kwargs = h, func, args, kwargs
+
+    def __call__(self):
+        return self.h(self.func, self.args, self.kwargs)
 
 
 def _first_op_in_thread() -> None:
@@ -81,7 +109,7 @@ _SPECIAL = {
 assert set(SPECIAL_OPS.values()) <= set(_SPECIAL), set(SPECIAL_OPS.values()) - set(_SPECIAL)
 
 _BY_KIND = {ROUTED: route, VIEW: metaops.view, ALIAS: metaops.alias, INPLACE_VIEW: metaops.inplace_view,
-            FOREACH: foreach, COMPOSITE: _composite}
+            FOREACH: foreach, COMPOSITE: _composite, COLLECTIVE: c10d_ops.collective}
 _HANDLERS: dict = {}
 
 

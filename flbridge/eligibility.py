@@ -32,7 +32,7 @@ def why_not(k, vals, meta: bool = False):
             continue
         if not isinstance(v, torch.Tensor):
             continue  # a Python number: passed as a device constant
-        if not meta and v.device != chip.device:
+        if v.device != chip.device and not (meta and v.device.type == "meta"):   # meta: stands for the chip's
             if v.device.type == "cpu" and v.dim() == 0:
                 continue
             return Reason("device", f"{name} is on {v.device}")
@@ -45,6 +45,24 @@ def why_not(k, vals, meta: bool = False):
         if v.dim() > max_dims:
             return Reason("dims", f"{name} has {v.dim()} dims ({chip.device_type} descriptors hold "
                                   f"at most {max_dims})")
+    for idx, name in k.tensor_lists:
+        items = vals[idx]
+        if not items:
+            return Reason("argument", f"{name} is empty")
+        dtype = None
+        for i, v in enumerate(items):
+            if not isinstance(v, torch.Tensor) or \
+                    (v.device != chip.device and not (meta and v.device.type == "meta")):
+                return Reason("device", f"{name}[{i}] is {'None' if v is None else f'on {v.device}'}")
+            allowed = e.arg_dtypes.get(name, e.dtypes)
+            if v.dtype not in allowed or (dtype is not None and v.dtype != dtype):
+                return Reason("dtype", f"{name}[{i}] has dtype {dtype_name(v.dtype)} ({e.impl} takes one of "
+                                       f"{', '.join(dtype_name(d) for d in allowed)} for all)",
+                              f"cast {name} to one dtype", dtype_name(v.dtype), [dtype_name(d) for d in allowed])
+            dtype = v.dtype
+            if v.dim() > max_dims or v.numel() == 0:
+                return Reason("dims", f"{name}[{i}] has {v.dim()} dims and {v.numel()} elements "
+                                      f"({e.impl} takes non-empty tensors of at most {max_dims} dims)")
     for idx, name, allowed in k.value_checks:
         v = vals[idx]
         items = v if isinstance(v, (list, tuple)) else (v,)
@@ -88,11 +106,14 @@ def why_not(k, vals, meta: bool = False):
             return Reason("layout", f"{name} is {v.dim()}-D but {e.impl} takes it as {layout}")
     return None
 
-def _check_sizes(k, vals):
+def named_dims(k, vals):
+    """{dim name: size} from the tensors named under constraints.sizes, or a
+    Reason when their ranks or shared dims disagree."""
     e = k.entry
-    cons = k.cons
     dims: dict = {}
-    for name, names in cons.sizes.items():
+    for name, names in k.cons.sizes.items():
+        if name == "out":
+            continue  # the result: its dims follow from the inputs'
         v = vals[k.arg_index[name]]
         if not isinstance(v, torch.Tensor):
             continue
@@ -102,10 +123,29 @@ def _check_sizes(k, vals):
         for dn, s in zip(names, shape):
             if dims.setdefault(dn, s) != s:
                 return Reason("constraint", f"{dn} differs between arguments")
+    return dims
+
+
+def padding(k, vals):
+    """{dim: padded size} for the dims the spec lets the bridge zero-pad
+    (constraints.pad) that are not multiples yet; {} when none needs it."""
+    dims = named_dims(k, vals)
+    if isinstance(dims, Reason) or not k.can_pad:
+        return {}
+    return {dn: -(-dims[dn] // m) * m for dn, m in k.cons.multiple_of.items()
+            if dn in k.cons.pad and dn in dims and dims[dn] % m}
+
+
+def _check_sizes(k, vals):
+    cons = k.cons
+    dims = named_dims(k, vals)
+    if isinstance(dims, Reason):
+        return dims
     for dn, m in cons.multiple_of.items():
-        if dn in dims and dims[dn] % m:
-            return Reason("constraint", f"constraint {dn}={dims[dn]} is not a multiple of {m}",
-                          f"pad {dn} to a multiple of {m}")
+        if dn in dims and dims[dn] % m and not (k.can_pad and dn in cons.pad):
+            fix = (f"declare constraints.pad: [{dn}] so the bridge pads it on the device" if k.rt.has_copy
+                   and k.rt.has_fill else f"pad {dn} to a multiple of {m}")
+            return Reason("constraint", f"constraint {dn}={dims[dn]} is not a multiple of {m}", fix)
     for dn, m in cons.max.items():
         if dn == "numel":
             for idx, name, _ in k.tensor_args:

@@ -104,3 +104,25 @@ def _fmt(n: int) -> str:
         if n >= size:
             return f"{n / size:.2f} {unit}"
     return f"{n} bytes"
+
+
+class DeviceUnavailableError(FlbridgeError, RuntimeError):
+    """A device index whose spec has problems: it keeps its index (so the
+    other chips keep theirs) but cannot be used."""
+
+    def __init__(self, index: int, label: str, file: str, problems: list[str]):
+        self.index, self.label, self.file, self.problems = index, label, file, list(problems)
+        shown = "\n  ".join(self.problems[:8]) + (f"\n  ({len(self.problems) - 8} more)"
+                                                   if len(self.problems) > 8 else "")
+        super().__init__(f"fl:{index} ({label}) is unavailable: its spec {file} has problems:\n  {shown}\n"
+                         f"Fix the spec (`flbridge validate {file}`, `flbridge doctor`), or use another "
+                         f"fl device (`flbridge devices` lists them).")
+
+
+class SpecWarning(UserWarning):
+    """A device spec has problems: its chip is unavailable and the other chips
+    load (FLBRIDGE_STRICT_SPECS=1 makes it an error instead)."""
+
+    def __init__(self, message: str, *, index: int = -1, file: str = "", problems=()):
+        super().__init__(message)
+        self.index, self.file, self.problems = index, file, list(problems)

@@ -1,8 +1,9 @@
 """What kind of op an overload is, for the dispatcher: does it need a
 kernel (ROUTED), or is it metadata (views, aliases), an op with a handler of
 its own (SPECIAL: device crossings, allocation, set_/resize_), a _foreach_
-op, or a CompositeImplicitAutograd op that only its own decomposition can
-answer?  Decided from the schema and tags alone, once per overload."""
+op, a CompositeImplicitAutograd op that only its own decomposition can
+answer, or a torch.distributed collective (COLLECTIVE)?  Decided from the
+schema and tags alone, once per overload."""
 from __future__ import annotations
 
 import torch
@@ -11,7 +12,10 @@ from .ops import info, reaches_dispatch
 
 aten = torch.ops.aten
 
-ROUTED, VIEW, ALIAS, INPLACE_VIEW, FOREACH, COMPOSITE, SPECIAL = range(7)
+ROUTED, VIEW, ALIAS, INPLACE_VIEW, FOREACH, COMPOSITE, SPECIAL, COLLECTIVE = range(8)
+
+# torch.distributed's ops (c10d.allreduce_, _c10d_functional.all_reduce, ...)
+COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
 
 # ops with a handler of their own (flbridge.dispatch maps each name to it)
 SPECIAL_OPS = {
@@ -52,6 +56,8 @@ def kind(func) -> int:
 
 
 def _classify(func) -> int:
+    if func.namespace in COLLECTIVE_NAMESPACES:
+        return COLLECTIVE
     if func in SPECIAL_OPS:
         return SPECIAL
     if func in _ALIASES:

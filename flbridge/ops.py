@@ -13,6 +13,7 @@ Two jobs:
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -239,6 +240,12 @@ def info(op) -> OpInfo:
             for aset in r.alias_info.before_set:
                 if aset in alias_sets:
                     alias = alias_sets[aset]
+            if alias is None and k == "tensor[]":
+                # `Tensor(a)[]` (split, unbind, chunk): the alias set sits on
+                # the list's elements, which the Python schema does not expose
+                m = re.search(r"Tensor\((\w+)\)\[\]", str(s).rsplit(") -> ", 1)[-1])
+                if m and m.group(1) in alias_sets:
+                    alias = alias_sets[m.group(1)]
         rets.append(Ret(k, alias, bool(r.alias_info is not None and r.alias_info.is_write)))
     mutated = tuple(a.index for a in args if a.writes)
     got = OpInfo(op, qualname(op), tuple(args), {a.name: a for a in args}, tuple(rets),

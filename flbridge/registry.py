@@ -11,7 +11,6 @@ sorted by name within each folder; device index = position in that order.
 """
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
 import re
@@ -22,9 +21,11 @@ from pathlib import Path
 import torch
 
 from . import _paths
+from .collectives_spec import check_collectives
 from .errors import SpecError, SpecProblem
 from .ops import OpNameError, info, resolve_name
-from .specfile import LocDict, LocList, expand_path, load_with_extends
+from .suggest import closest
+from .specfile import LocDict, LocList, bad_path, expand_path, is_file, load_with_extends
 
 # ------------------------------------------------------------------ dtypes
 
@@ -54,6 +55,7 @@ class Constraints:
     range: dict           # aten arg -> (min, max) inclusive, for each element
     present: tuple        # optional tensor args that must be given (not None)
     length: dict          # list arg -> the number of values the kernel reads
+    pad: tuple = ()       # multiple_of dims the bridge may zero-pad on the device (sizes "out": the result)
 
     def __bool__(self):
         return bool(self.values or self.ndim or self.sizes or self.multiple_of or self.max
@@ -124,6 +126,11 @@ class Capabilities:
     bandwidth_gbps: float | None
     compute: dict
     features: tuple
+    amp_dtype: torch.dtype | None = None   # autocast's lower precision; None: autocast is refused
+
+
+# dtypes autocast may lower to, in the order the default picks them
+AMP_DTYPES = (torch.float16, torch.bfloat16)
 
 
 @dataclass
@@ -152,6 +159,7 @@ class DeviceSpec:
     file: str
     description: str = ""
     locations: dict = field(default_factory=dict)  # field path -> (file, line)
+    collectives: object = None    # collectives_spec.CollectivesSpec, when the chip has a CCL
 
     @property
     def name(self) -> str:
@@ -176,6 +184,7 @@ ROLE_PARAMS = {
     "synchronize": (),
     "counters": ("counters",),
     "reset_counters": (),
+    "kernel_timer": ("ns",),   # out: device ns of the calling thread's last kernel or copy
     "copy": ("src", "dst"),
     "fill": ("dst", "value"),
 }
@@ -184,12 +193,13 @@ TENSOR_FIELDS = ("data", "ndim", "shape", "strides", "dtype")
 COMPUTE_KEYS = ("peak_tflops_fp32", "peak_tflops_fp16", "peak_tflops_bf16", "peak_tops_int8",
                 "max_threads_per_block", "compute_units", "clock_mhz")
 TOP_KEYS = ("device_type", "vendor", "chip_model", "driver_version", "runtime_so", "runtime_header",
-            "description", "capabilities", "runtime", "supported_ops", "fallback_policy")
+            "description", "capabilities", "runtime", "supported_ops", "fallback_policy", "collectives")
 OP_KEYS = ("name", "impl", "dtype_support", "arg_dtypes", "args", "bind", "outputs", "constraints",
            "layout", "contiguous", "broadcast", "dtype_quirks", "ignore_args")
 KNOWN_PATHS = (
-    [*TOP_KEYS, "extends", "capabilities.dtypes", "capabilities.memory", "capabilities.memory.total_gb",
-     "capabilities.memory.bandwidth_gbps", "capabilities.compute", "capabilities.features",
+    [*TOP_KEYS, "extends", "capabilities.dtypes", "capabilities.amp_dtype", "capabilities.memory",
+     "capabilities.memory.total_gb", "capabilities.memory.bandwidth_gbps", "capabilities.compute",
+     "capabilities.features",
      "runtime.status", "runtime.status.success", "runtime.status.out_of_memory", "runtime.tensor",
      "runtime.dtypes", "fallback_policy.default", "fallback_policy.decompose",
      "fallback_policy.op_specific"]
@@ -214,9 +224,9 @@ class _Checker:
             if k in allowed:
                 continue
             msg = f"unknown field '{k}'"
-            near = difflib.get_close_matches(k, list(allowed), 1, 0.6)
+            near = closest(k, allowed)
             if near:
-                msg += f"; did you mean '{near[0]}'?"
+                msg += f"; did you mean '{near}'?"
             else:
                 elsewhere = [p for p in KNOWN_PATHS if p.rsplit(".", 1)[-1] == k]
                 if elsewhere:
@@ -245,9 +255,9 @@ class _Checker:
         if isinstance(name, str) and name.strip().lower() in DTYPE_NAMES:
             return DTYPE_NAMES[name.strip().lower()]
         msg = f"unknown dtype {name!r}"
-        near = difflib.get_close_matches(str(name), list(DTYPE_NAMES), 1)
+        near = closest(str(name), DTYPE_NAMES)
         if near:
-            msg += f"; did you mean '{near[0]}'?"
+            msg += f"; did you mean '{near}'?"
         else:
             msg += f" (known: {', '.join(sorted(set(dtype_name(d) for d in DTYPE_NAMES.values())))})"
         self.err(where, path, msg)
@@ -281,14 +291,15 @@ def _str_list(ck: _Checker, d: LocDict, key: str, path: str) -> tuple:
     return tuple(v)
 
 
-def _check_capabilities(ck: _Checker, d, path="capabilities") -> Capabilities:
+def _check_capabilities(ck: _Checker, d, where, path="capabilities") -> Capabilities:
     if d is None:
         return Capabilities((), None, None, {}, ())
     if not isinstance(d, LocDict):
-        ck.err((getattr(d, "file", ""), 0), path, "must be a mapping")
+        ck.err(where, path, "must be a mapping")
         return Capabilities((), None, None, {}, ())
-    ck.keys(d, ("dtypes", "memory", "compute", "features"), path, required=("dtypes",))
+    ck.keys(d, ("dtypes", "amp_dtype", "memory", "compute", "features"), path, required=("dtypes",))
     dtypes = ck.dtype_list(d["dtypes"], d.loc("dtypes"), f"{path}.dtypes") if "dtypes" in d else ()
+    amp = _check_amp_dtype(ck, d, dtypes, path)
     total, bw = None, None
     mem = d.get("memory")
     if mem is not None:
@@ -298,10 +309,14 @@ def _check_capabilities(ck: _Checker, d, path="capabilities") -> Capabilities:
             ck.keys(mem, ("total_gb", "bandwidth_gbps"), f"{path}.memory")
             tg = ck.typed(mem, "total_gb", (int, float), f"{path}.memory", "a number of GiB")
             if tg is not None:
-                if tg <= 0:
-                    ck.err(mem.loc("total_gb"), f"{path}.memory.total_gb", "must be positive")
-                total = int(tg * (1 << 30))
+                if not 0 < tg < 1 << 30:
+                    ck.err(mem.loc("total_gb"), f"{path}.memory.total_gb", "must be a positive number of GiB")
+                else:
+                    total = int(tg * (1 << 30))
             bw = ck.typed(mem, "bandwidth_gbps", (int, float), f"{path}.memory", "a number")
+            if bw is not None and not 0 < bw < float("inf"):
+                ck.err(mem.loc("bandwidth_gbps"), f"{path}.memory.bandwidth_gbps", "must be a positive number")
+                bw = None
     compute = {}
     comp = d.get("compute")
     if comp is not None:
@@ -315,7 +330,28 @@ def _check_capabilities(ck: _Checker, d, path="capabilities") -> Capabilities:
                     if v is not None:
                         compute[k] = v
     features = _str_list(ck, d, "features", path)
-    return Capabilities(dtypes, total, bw, compute, features)
+    return Capabilities(dtypes, total, bw, compute, features, amp)
+
+
+def _check_amp_dtype(ck: _Checker, d: LocDict, dtypes: tuple, path: str) -> torch.dtype | None:
+    """capabilities.amp_dtype: the dtype torch.autocast("fl") lowers to on this
+    chip.  Default: float16 if the chip has it, else bfloat16, else none
+    (autocast is refused on the chip)."""
+    if d.get("amp_dtype") is None:
+        return next((a for a in AMP_DTYPES if a in dtypes), None)
+    where, field = d.loc("amp_dtype"), f"{path}.amp_dtype"
+    dt = ck.dtype(d["amp_dtype"], where, field)
+    if dt is None:
+        return None
+    if dt not in AMP_DTYPES:
+        ck.err(where, field, f"{dtype_name(dt)} is not a lower-precision float dtype autocast can use; "
+                             f"use one of {', '.join(dtype_name(a) for a in AMP_DTYPES)}")
+        return None
+    if dtypes and dt not in dtypes:
+        ck.err(where, field, f"{dtype_name(dt)} is not among capabilities.dtypes "
+                             f"({', '.join(dtype_name(x) for x in dtypes)}); add it there or pick one of those")
+        return None
+    return dt
 
 
 def _role(ck: _Checker, d: LocDict, role: str, path: str) -> RoleFn | None:
@@ -347,8 +383,11 @@ def _role(ck: _Checker, d: LocDict, role: str, path: str) -> RoleFn | None:
     return RoleFn(fn, args, values, *where) if fn else None
 
 
-def _check_runtime(ck: _Checker, d, path="runtime") -> RuntimeSpec | None:
+def _check_runtime(ck: _Checker, d, where, path="runtime") -> RuntimeSpec | None:
+    if d is None:
+        return None  # reported as a missing required field
     if not isinstance(d, LocDict):
+        ck.err(where, path, "must be a mapping of roles (init, malloc, ...), status, tensor and dtypes")
         return None
     ck.keys(d, (*ROLE_PARAMS, "status", "tensor", "dtypes"), path,
             required=(*REQUIRED_ROLES, "status", "tensor", "dtypes"))
@@ -410,7 +449,7 @@ def _check_constraints(ck: _Checker, c, opi, where, path, implied: dict) -> Cons
             c = None
         else:
             merged.update(c)
-    values, ndim, sizes, mult, mx, rng, present, length = {}, {}, {}, {}, {}, {}, (), {}
+    values, ndim, sizes, mult, mx, rng, present, length, pad = {}, {}, {}, {}, {}, {}, (), {}, ()
     locs = c.loc if isinstance(c, LocDict) else (lambda k: where)
     for k, v in merged.items():
         kp = _p(path, k)
@@ -428,7 +467,7 @@ def _check_constraints(ck: _Checker, c, opi, where, path, implied: dict) -> Cons
                 ck.err(locs(k), kp, "must map tensor arguments to lists of dim names, e.g. self: [M, K]")
                 continue
             for a, dims in v.items():
-                if a not in opi.by_name:
+                if a not in opi.by_name and a != "out":   # "out": the (first) result's dims
                     ck.err(locs(k), f"{kp}.{a}", _no_arg(opi, a))
                 if not isinstance(dims, list) or not all(isinstance(x, str) for x in dims):
                     ck.err(locs(k), f"{kp}.{a}", "must be a list of dim names such as [M, K]")
@@ -462,6 +501,12 @@ def _check_constraints(ck: _Checker, c, opi, where, path, implied: dict) -> Cons
                 if a not in opi.by_name or opi.by_name[a].kind != "tensor?":
                     ck.err(locs(k), f"{kp}", f"'{a}' is not an optional tensor argument of {opi.qualname}")
             present = tuple(lst)
+        elif k == "pad":
+            lst = v if isinstance(v, list) else [v]
+            if not all(isinstance(x, str) for x in lst):
+                ck.err(locs(k), kp, "must list dim names, e.g. [M, N, K]")
+                continue
+            pad = tuple(lst)
         elif k in ("multiple_of", "max"):
             if not isinstance(v, dict) or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0
                                                   for n in v.values()):
@@ -479,14 +524,20 @@ def _check_constraints(ck: _Checker, c, opi, where, path, implied: dict) -> Cons
         if n not in named:
             ck.err(locs("multiple_of" if n in mult else "max"), f"{path}.{n}",
                    f"dim '{n}' is not named under constraints.sizes")
-    return Constraints(values, ndim, sizes, mult, mx, rng, present, length)
+    for n in pad:
+        if n not in mult:
+            ck.err(locs("pad"), f"{path}.pad", f"dim '{n}' has no multiple_of to pad to")
+    if pad and "out" not in sizes:
+        ck.err(locs("pad"), f"{path}.pad", "padding needs the result's dims: name them under "
+                                           "constraints.sizes.out, e.g. out: [M, N]")
+    return Constraints(values, ndim, sizes, mult, mx, rng, present, length, pad)
 
 
 def _no_arg(opi, name) -> str:
     names = [a.name for a in opi.args]
-    near = difflib.get_close_matches(name, names, 1)
+    near = closest(name, names)
     msg = f"{opi.qualname} has no argument '{name}'"
-    return msg + (f"; did you mean '{near[0]}'?" if near else f" (it has: {', '.join(names)})")
+    return msg + (f"; did you mean '{near}'?" if near else f" (it has: {', '.join(names)})")
 
 
 def _check_op(ck: _Checker, e, where, path, caps: Capabilities, codes: dict,
@@ -606,12 +657,12 @@ def _layout_ok(name) -> bool:
     return isinstance(name, str) and any(sorted(name) == sorted(f) for f in LAYOUT_FAMILIES)
 
 
-def _check_fallback(ck: _Checker, d, caps, codes, path="fallback_policy"):
+def _check_fallback(ck: _Checker, d, where, caps, codes, imports: bool, path="fallback_policy"):
     default, decompose, specific = "cpu", True, {}
     if d is None:
         return default, decompose, specific
     if not isinstance(d, LocDict):
-        ck.err(("", 0), path, "must be a mapping")
+        ck.err(where, path, "must be a mapping")
         return default, decompose, specific
     ck.keys(d, ("default", "decompose", "op_specific"), path)
     if "default" in d:
@@ -641,7 +692,7 @@ def _check_fallback(ck: _Checker, d, caps, codes, path="fallback_policy"):
                 specific[res.op] = Fallback(v, file=where[0], line=where[1])
             elif isinstance(v, str) and v.startswith("python:"):
                 target = v[len("python:"):]
-                err = _check_python_target(target)
+                err = _check_python_target(target, imports)
                 if err:
                     ck.err(where, p, err)
                 specific[res.op] = Fallback("python", target=target, file=where[0], line=where[1])
@@ -661,10 +712,14 @@ def _check_fallback(ck: _Checker, d, caps, codes, path="fallback_policy"):
     return default, decompose, specific
 
 
-def _check_python_target(target: str) -> str | None:
+def _check_python_target(target: str, imports: bool = True) -> str | None:
+    """Why `target` is not a usable 'module:function', or None.  Without
+    `imports` only its form is checked (importing runs the module's code)."""
     mod, sep, fn = target.partition(":")
-    if not sep or not mod or not fn:
-        return f"python fallback '{target}' must be 'module:function'"
+    if not sep or not _DOTTED.match(mod) or not fn.isidentifier():
+        return f"python fallback '{target}' must be 'module:function' (e.g. 'mypkg.fallbacks:gelu')"
+    if not imports:
+        return None
     try:
         m = importlib.import_module(mod)
     except Exception as e:  # noqa: BLE001 - report any import failure as a spec problem
@@ -675,9 +730,12 @@ def _check_python_target(target: str) -> str | None:
 
 
 _DEVICE_TYPE = re.compile(r"^xpu:[a-z][a-z0-9_-]*$")
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
-def check_spec(data: LocDict, path: Path) -> tuple[DeviceSpec | None, list[SpecProblem]]:
+def check_spec(data: LocDict, path: Path, *, imports: bool = True) -> tuple[DeviceSpec | None, list[SpecProblem]]:
+    """Checks every field.  `imports=False` leaves `python:` fallback modules
+    unimported (their form is still checked)."""
     ck = _Checker()
     ck.keys(data, TOP_KEYS, "", required=("device_type", "vendor", "chip_model", "runtime_so",
                                           "runtime_header", "capabilities", "runtime"))
@@ -697,13 +755,20 @@ def check_spec(data: LocDict, path: Path) -> tuple[DeviceSpec | None, list[SpecP
             continue
         missing: list[str] = []
         where = data.loc(k)
+        why = bad_path(v)
+        if why:
+            ck.err(where, k, f"the path {why}")
+            continue
         p = expand_path(v, Path(where[0]).parent, missing)
         if missing:
             ck.err(where, k, f"environment variable {', '.join('$' + m for m in missing)} is not set "
                              f"(used in {v!r})")
-        paths[k] = p.resolve()
-    caps = _check_capabilities(ck, data.get("capabilities"))
-    rt = _check_runtime(ck, data.get("runtime"))
+        try:
+            paths[k] = p.resolve()
+        except (OSError, RuntimeError) as e:
+            ck.err(where, k, f"cannot resolve {str(p)[:200]!r}: {e}")
+    caps = _check_capabilities(ck, data.get("capabilities"), data.loc("capabilities"))
+    rt = _check_runtime(ck, data.get("runtime"), data.loc("runtime"))
     codes = rt.dtype_codes if rt else {}
     for d_ in caps.dtypes:
         if codes and d_ not in codes:
@@ -722,27 +787,39 @@ def check_spec(data: LocDict, path: Path) -> tuple[DeviceSpec | None, list[SpecP
                         ck.err(so.loc(i), f"supported_ops[{i}].name",
                                f"{entry.qualname} is already listed at {prev.file}:{prev.line}")
                     ops[entry.op] = entry
-    default, decompose, specific = _check_fallback(ck, data.get("fallback_policy"), caps, codes)
+    default, decompose, specific = _check_fallback(ck, data.get("fallback_policy"), data.loc("fallback_policy"),
+                                                   caps, codes, imports)
+    coll = check_collectives(ck, data["collectives"], data.loc("collectives"), codes) \
+        if "collectives" in data else None
     if ck.problems or rt is None or dt is None:
-        return None, ck.problems
+        return None, ck.problems or [SpecProblem(str(path), 1, "<top>", "incomplete spec")]
     spec = DeviceSpec(dt, strs["vendor"] or "", strs["chip_model"] or "", str(drv or ""),
                       paths["runtime_so"], paths["runtime_header"], caps, rt, ops, specific,
                       default, decompose, str(path), strs["description"] or "",
                       {k: data.loc(k) for k in data})
+    spec.collectives = coll
     return spec, []
 
 
-def load_spec(path: str | Path) -> DeviceSpec:
-    """Parses and checks one spec file (and what it extends)."""
-    problems: list[SpecProblem] = []
-    p = Path(path)
-    data = load_with_extends(p, problems)
-    if data is None or problems:
-        raise SpecError(problems or [SpecProblem(str(p), 0, "<file>", "cannot load")])
-    spec, problems = check_spec(data, p.resolve())
+def load_spec(path: str | Path, *, static: bool = False) -> DeviceSpec:
+    """Parses and checks one spec file (and what it extends).  `static`:
+    without importing `python:` fallback modules."""
+    spec, problems, _ = _load(Path(path), static)
     if problems:
         raise SpecError(problems)
     return spec
+
+
+def _load(p: Path, static: bool) -> tuple[DeviceSpec | None, list[SpecProblem], str | None]:
+    """(spec, problems, the device_type the file names even if it fails)."""
+    problems: list[SpecProblem] = []
+    data = load_with_extends(p, problems)
+    dt = data.get("device_type") if data is not None else None
+    claimed = dt if isinstance(dt, str) and _DEVICE_TYPE.match(dt) else None
+    if data is None or problems:
+        return None, problems or [SpecProblem(str(p), 1, "<file>", "cannot load")], claimed
+    spec, problems = check_spec(data, Path(data.file), imports=not static)
+    return spec, problems, claimed
 
 
 # ------------------------------------------------------------- discovery
@@ -764,27 +841,91 @@ def discover() -> list[Path]:
     dirs, origin = spec_dirs()
     found = []
     for d in dirs:
-        if not d.is_dir():
-            warnings.warn(f"flbridge: device spec folder {d} does not exist (from {origin}); "
-                          f"no devices are loaded from it. Set FLBRIDGE_DEVICE_DIR to a folder "
-                          f"holding device YAML files (several folders: separate with "
-                          f"'{os.pathsep}').", SpecDirWarning, stacklevel=3)
+        why = _not_a_folder(d)
+        if why:
+            warnings.warn(f"flbridge: device spec folder {d} {why} (from {origin}); no devices are loaded "
+                          f"from it. Set FLBRIDGE_DEVICE_DIR to a folder holding device YAML files "
+                          f"(several folders: separate with '{os.pathsep}').", SpecDirWarning, stacklevel=3)
             continue
-        found.extend(sorted(p for p in d.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file()))
+        try:
+            found.extend(sorted(p for p in d.iterdir() if p.suffix in (".yaml", ".yml") and is_file(p)))
+        except OSError as e:
+            warnings.warn(f"flbridge: cannot list device spec folder {d} (from {origin}): {e.strerror or e}",
+                          SpecDirWarning, stacklevel=3)
     return found
 
 
+def _not_a_folder(d: Path) -> str | None:
+    try:
+        if d.is_dir():
+            return None
+        if d.exists():
+            hint = f"; to load only this spec, set FLBRIDGE_DEVICE_DIR={d.parent} or move it into a " \
+                   f"folder of its own" if d.suffix in (".yaml", ".yml") else ""
+            return f"is a file, not a folder{hint}"
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    return "does not exist"
+
+
+@dataclass
+class SpecSlot:
+    """One discovered spec file: its device index (its position in discovery
+    order), and its spec or the error that keeps it from loading."""
+    index: int
+    path: Path
+    spec: DeviceSpec | None = None
+    error: Exception | None = None     # SpecError / RuntimeLoadError / DeviceError
+    claimed: str | None = None         # the device_type the file names, even when it fails
+
+    @property
+    def problems(self) -> list[str]:
+        e = self.error
+        if e is None:
+            return []
+        subs = getattr(e, "problems", None) or [e]
+        return [str(p) if isinstance(p, SpecProblem) else
+                (f"{p.file}:{p.line}: {p.field}: {p.message}" if getattr(p, "file", "") else str(p))
+                for p in subs]
+
+    @property
+    def device_type(self) -> str | None:
+        return self.spec.device_type if self.spec is not None else self.claimed
+
+
+def load_specs(paths: list[Path], *, static: bool = False) -> list[SpecSlot]:
+    """load_spec for each file; a problem stays with its file.  Two specs
+    claiming one device_type: the first in `paths` keeps it, the others get
+    a SpecError naming both files."""
+    slots = []
+    seen: dict[str, DeviceSpec] = {}
+    for i, p in enumerate(paths):
+        slot = SpecSlot(i, Path(p))
+        slot.spec, problems, slot.claimed = _load(Path(p), static)
+        if problems:
+            slot.error = SpecError(problems)
+        if slot.spec is not None:
+            first = seen.setdefault(slot.spec.device_type, slot.spec)
+            if first is not slot.spec:
+                slot.error = SpecError(_duplicate(slot.spec, first))
+        slots.append(slot)
+    return slots
+
+
+def _duplicate(s: DeviceSpec, first: DeviceSpec) -> SpecProblem:
+    return SpecProblem(s.file, s.locations.get("device_type", (s.file, 1))[1], "device_type",
+                       f"{s.device_type!r} is also claimed by {first.file}:"
+                       f"{first.locations.get('device_type', ('', 1))[1]}; each chip needs its own "
+                       f"device_type (the first one loads)")
+
+
 def check_unique(specs: list[DeviceSpec]) -> None:
+    """Raises SpecError when two specs claim one device_type."""
     seen: dict[str, DeviceSpec] = {}
     problems = []
     for s in specs:
-        if s.device_type in seen:
-            first = seen[s.device_type]
-            problems.append(SpecProblem(s.file, s.locations.get("device_type", (s.file, 0))[1], "device_type",
-                                        f"{s.device_type!r} is also claimed by {first.file}:"
-                                        f"{first.locations.get('device_type', ('', 0))[1]}; "
-                                        f"each chip needs its own device_type"))
-        else:
-            seen[s.device_type] = s
+        first = seen.setdefault(s.device_type, s)
+        if first is not s:
+            problems.append(_duplicate(s, first))
     if problems:
         raise SpecError(problems)

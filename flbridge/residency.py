@@ -17,10 +17,12 @@ valid or stale.  Rules:
 """
 from __future__ import annotations
 
+import itertools
 import threading
 
 import torch
 
+from . import launch
 from .config import CONFIG
 from .errors import OutOfMemoryError
 from .runtime import DeviceError, DeviceOOM
@@ -50,44 +52,75 @@ class DeviceAllocator:
         self.allocated = 0      # bytes in blocks held by storages
         self.cached = 0         # bytes in free blocks kept for reuse
         self.peak = 0
+        self.peak_reserved = 0  # allocated + cached
+        self.blocks = 0         # live blocks held by storages
+        self.device_allocs = self.device_frees = self.retries = self.ooms = 0
+        self.pool_of: dict = {}  # address -> GraphPool, for blocks of graphs' private pools
 
     def alloc(self, nbytes: int) -> tuple[int, int]:
         sc = _size_class(nbytes)
+        cap = launch.STATE.capture
+        pool = cap.mem_pool if cap is not None and cap.chip is self.chip else None
         with self.lock:
-            blocks = self.cache.get(sc)
+            blocks = (pool.free if pool is not None else self.cache).get(sc)
             if blocks:
+                # the common case: a cached block, one lock
                 addr = blocks.pop()
                 self.cached -= sc
-            else:
-                addr = None
-        if addr is None:
-            addr = self._malloc(sc, nbytes)
+                self.allocated += sc
+                self.blocks += 1
+                if self.allocated > self.peak:
+                    self.peak = self.allocated
+                return addr, sc
+        addr = self._malloc(sc, nbytes)
         with self.lock:
+            if pool is not None:
+                self.pool_of[addr] = pool
+                pool.reserved += sc
             self.allocated += sc
+            self.blocks += 1
             if self.allocated > self.peak:
                 self.peak = self.allocated
+            if self.allocated + self.cached > self.peak_reserved:
+                self.peak_reserved = self.allocated + self.cached
         return addr, sc
 
     def _malloc(self, sc: int, requested: int) -> int:
         try:
-            return self.rt.malloc(sc)
+            addr = self.rt.malloc(sc)
         except DeviceOOM:
+            self.retries += 1
             released = self.empty_cache()
             try:
-                return self.rt.malloc(sc)
+                addr = self.rt.malloc(sc)
             except DeviceOOM as e:
+                self.ooms += 1
                 info = self.rt.mem_info()
                 cap = info[1] if info else (self.chip.spec.capabilities.memory_total_bytes or 0)
                 raise OutOfMemoryError(self.chip.device_type, self.chip.index, requested, self.allocated,
                                        released, cap, e.vendor_message) from None
+        self.device_allocs += 1
+        return addr
 
     def release(self, addr: int, sc: int) -> None:
         with self.lock:
             self.allocated -= sc
+            self.blocks -= 1
+            pool = self.pool_of.get(addr) if self.pool_of else None
+            if pool is not None:
+                if not pool.closed:
+                    # a graph's private pool keeps its blocks: the graph's
+                    # replays write there whoever holds them now
+                    pool.free.setdefault(sc, []).append(addr)
+                    self.cached += sc
+                    return
+                del self.pool_of[addr]
+                pool.reserved -= sc
             if CONFIG.caching_allocator:
                 self.cache.setdefault(sc, []).append(addr)
                 self.cached += sc
                 return
+        self.device_frees += 1
         self.rt.free(addr)
 
     def empty_cache(self) -> int:
@@ -99,20 +132,50 @@ class DeviceAllocator:
             self.cached = 0
         for a, _ in blocks:
             self.rt.free(a)
+        self.device_frees += len(blocks)
         return released
+
+    def close_pool(self, pool) -> None:
+        """A private pool no graph uses any more: its free blocks join the
+        shared cache; blocks still held by tensors follow when released."""
+        with self.lock:
+            pool.closed = True
+            for sc, addrs in pool.free.items():
+                for a in addrs:
+                    self.pool_of.pop(a, None)
+                    pool.reserved -= sc
+                    self.cache.setdefault(sc, []).append(a)
+            pool.free = {}
 
     def reset_peak(self) -> None:
         with self.lock:
             self.peak = self.allocated
+            self.peak_reserved = self.allocated + self.cached
+
+
+_SERIAL = itertools.count()
+
+
+class GraphPool:
+    """Device blocks reserved for captured graphs (torch.fl.graph_pool_handle)."""
+
+    def __init__(self, chip=None):
+        self.chip = chip
+        self.free: dict = {}     # size class -> free addresses
+        self.reserved = 0        # bytes the pool holds, free or in use
+        self.closed = False
+        self.graphs = 0          # graphs using it
 
 
 class Storage:
     """The bytes behind one or more XPUTensors (views share a Storage)."""
 
     __slots__ = ("chip", "nbytes", "host", "host_valid", "dev", "dev_size", "dev_valid", "mapped",
-                 "typed", "version", "__weakref__")
+                 "typed", "version", "sid", "fixed", "__weakref__")
 
     def __init__(self, chip, nbytes: int):
+        self.sid = next(_SERIAL)  # creation order (a graph capture tells new storages from old)
+        self.fixed = False        # a captured graph uses its device address: never move it
         self.chip = chip
         self.nbytes = nbytes
         self.host = None          # 1-D uint8 CPU tensor (flbridge's own buffer)
@@ -130,7 +193,7 @@ class Storage:
         results computed on the CPU, which nothing else references."""
         us = cpu.untyped_storage()
         st = cls(chip, us.nbytes())
-        st.host = torch.empty(0, dtype=torch.uint8).set_(us)
+        st.host = torch.empty(0, dtype=torch.uint8, device="cpu").set_(us)
         st.host_valid = True
         return st
 
@@ -167,9 +230,11 @@ class Storage:
             return
         chip = self.chip
         if self.host is None:
-            self.host = torch.empty(self.nbytes, dtype=torch.uint8)
+            self.host = torch.empty(self.nbytes, dtype=torch.uint8, device="cpu")
             self.typed = None
         if self.dev_valid and not self.mapped and self.nbytes:
+            if launch.watching():
+                launch.transfer(chip, "d2h", self.nbytes, (self,))
             chip.runtime.d2h(self.host.data_ptr(), self.dev, self.nbytes)
             s = chip.stats
             s.d2h_calls += 1
@@ -196,9 +261,11 @@ class Storage:
             self.dev, self.dev_size = self.chip.allocator.alloc(self.nbytes)
 
 
-def make_resident(chip, storages) -> None:
+def make_resident(chip, storages, keep_address: bool = False) -> None:
     """Makes every storage's device bytes current, with one batched upload
-    (or zero-copy mappings where the runtime can map host memory)."""
+    (or zero-copy mappings where the runtime can map host memory).
+    `keep_address`: a storage that has device memory keeps it (a captured
+    graph has its address baked in): upload into it rather than remap."""
     uploads = []
     pending = []
     rt = chip.runtime
@@ -206,10 +273,13 @@ def make_resident(chip, storages) -> None:
         if st.dev_valid or not st.nbytes:
             st.dev_valid = True
             continue
-        if st.host is not None and st.host_valid and rt.can_map and CONFIG.zero_copy:
+        if st.host is not None and st.host_valid and rt.can_map and CONFIG.zero_copy \
+                and not ((keep_address or st.fixed) and st.dev):
             if st.dev:
                 st.drop_device()  # a stale device block: give it back and map the host bytes instead
             try:
+                if launch.watching():
+                    launch.transfer(chip, "map", st.nbytes, (st,))
                 st.dev = rt.map(st.host.data_ptr(), st.nbytes)
             except DeviceError:
                 pass  # the runtime refused (alignment, a fault): copy instead
@@ -227,6 +297,8 @@ def make_resident(chip, storages) -> None:
             uploads.append((st.dev, st.host.data_ptr(), st.nbytes))
         pending.append(st)
     if uploads:
+        if launch.watching():
+            launch.transfer(chip, "h2d", sum(n for _, _, n in uploads), tuple(pending))
         rt.h2d_batch(uploads)
         s = chip.stats
         s.h2d_calls += 1 if rt.has_batch_copy else len(uploads)

@@ -22,14 +22,17 @@ import warnings
 
 import torch
 from torch._decomp import decomposition_table
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from . import launch
 from .argkeys import meta_key, to_meta
 from .chipstats import log
 from .config import CONFIG
 from .cpu_fallback import cpu_fallback
+from .decompositions import DEVICE_ONLY
 from .eligibility import why_not
 from .errors import UnsupportedOpError
-from .native import NativeKernel
+from .native import NativeKernel, Prepared
 from .opkinds import ROUTED, kind
 from .ops import info, normalize
 from .reasons import FAILED, FallbackWarning, Reason, user_stacklevel
@@ -38,9 +41,23 @@ from .tensor import XPUTensor
 
 aten = torch.ops.aten
 
-# Ops PyTorch lets mix an accelerator tensor with CPU index tensors.
+
+class _Record(TorchDispatchMode):
+    """Records the aten calls of a decomposition traced on meta tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls.append((func, args, kwargs or {}))
+        return func(*args, **(kwargs or {}))
+
+# Ops PyTorch lets mix an accelerator tensor with CPU tensors (indices, and
+# the lengths / batch sizes of packed sequences, which live on the CPU).
 _CPU_TENSOR_ARGS_OK = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
-                       aten._index_put_impl_.default}
+                       aten._index_put_impl_.default, aten._pack_padded_sequence.default,
+                       aten._pad_packed_sequence.default, aten._pack_padded_sequence_backward.default}
 _ACTIVE = threading.local()
 
 
@@ -80,8 +97,11 @@ class OpRoute:
         self.fb_python = None
         self.decomp = decomposition_table.get(func) if chip.spec.decompose else None
         self.decomp_ok_cache: dict = {}
+        self.device_only = DEVICE_ONLY.get(func)
         self.seeded = torch.Tag.nondeterministic_seeded in func.tags
         self.mixed_device_ok = func in _CPU_TENSOR_ARGS_OK
+        self.mutated_names = frozenset(self.opi.args[i].name for i in self.opi.mutated)
+        self.nargs = len(self.opi.args)
         if self.forced:
             self.static_reason = Reason("forced", "forced to the CPU by FLBRIDGE_FORCE_FALLBACK",
                                         "unset FLBRIDGE_FORCE_FALLBACK")
@@ -92,66 +112,91 @@ class OpRoute:
     def __call__(self, args, kwargs):
         nat = self.bound
         if nat is not None and not self.forced:
-            if nat.fast:
-                out = nat.run_fast(args if not kwargs else normalize(self.opi, args, kwargs))
-                if out is not None and out is not FAILED:
-                    return out
-                if out is FAILED:
-                    return self.fallback(args, kwargs, nat.failure)
-            vals = normalize(self.opi, args, kwargs)
-            reason, metas = nat.decide(vals)
-            if reason is None:
-                out = nat.run(vals, metas)
+            vals = normalize(self.opi, args, kwargs) if kwargs else args
+            p = nat.decide(vals)
+            if p.__class__ is Prepared:
+                out = nat.run(vals, p)
                 if out is not FAILED:
-                    s = self.chip.stats
-                    s.native_ops += 1
-                    s.routes[(self.qualname, "native", nat.impl)] += 1
-                    if "dispatch" in CONFIG.log:
-                        log.info("dispatch %s on %s: native %s", self.qualname, self.chip.device_type, nat.impl)
                     return out
-                reason = nat.failure
-            return self.fallback(args, kwargs, reason)
+                return self.fallback(args, kwargs, nat.failure)
+            return self.fallback(args, kwargs, p)
         return self.fallback(args, kwargs, self.static_reason)
 
     # ------------------------------------------------------------ chain
 
-    def fallback(self, args, kwargs, reason: Reason):
-        chip = self.chip
-        s = chip.stats
+    def choose(self, args, kwargs, reason: Reason, meta: bool = False, vendor_failed: bool = False):
+        """The fallback step for a call the native kernel does not take:
+        (route, detail), route one of vendor_fallback, python_fallback,
+        decomposed, device_decomposed, cpu, error.  The same decision serves
+        eager dispatch and flbridge.coverage's prediction on meta tensors."""
         fb = self.fb
         if not self.forced and fb is not None:
-            if fb.kind == "vendor" and self.fb_native is not None:
-                vals = normalize(self.opi, args, kwargs)
-                r2, metas = self.fb_native.decide(vals)
-                if r2 is None:
-                    out = self.fb_native.run(vals, metas)
-                    if out is not FAILED:
-                        s.fallback_ops += 1
-                        s.vendor_fallback_ops += 1
-                        s.routes[(self.qualname, "vendor_fallback", f"{self.fb_native.impl} ({reason})")] += 1
-                        self._note(reason, f"running the vendor fallback {self.fb_native.impl}")
-                        return out
+            if fb.kind == "vendor" and self.fb_native is not None and not vendor_failed:
+                p = self.fb_native.decide(normalize(self.opi, args, kwargs), meta=meta)
+                if p.__class__ is Prepared:
+                    return "vendor_fallback", f"{self.fb_native.impl} ({reason})"
             elif fb.kind == "python":
-                return self._python_fallback(args, kwargs, reason)
+                return "python_fallback", f"{fb.target} ({reason})"
             elif fb.kind == "error":
-                raise self._unsupported(reason, f"the spec sets fallback_policy.op_specific to 'error' "
-                                                f"for it ({fb.file}:{fb.line})")
+                return "error", (f"the spec sets fallback_policy.op_specific to 'error' for it "
+                                 f"({fb.file}:{fb.line})")
         if not self.forced and self.decomp is not None and (fb is None or fb.kind != "cpu") \
                 and self._decomposes_natively(args, kwargs):
+            return "decomposed", f"torch._decomp ({reason})"
+        if self.device_only is not None and not self.forced:
+            return "device_decomposed", f"flbridge.decompositions ({reason})"
+        if CONFIG.fallback and (self.chip.spec.fallback_default == "cpu" or (fb is not None and fb.kind == "cpu")):
+            return "cpu", str(reason)
+        return "error", ("FLBRIDGE_FALLBACK=0 disables the CPU fallback" if not CONFIG.fallback else
+                         f"the spec's fallback_policy.default is 'error' ({self.chip.spec.file})")
+
+    def predict(self, args, kwargs):
+        """(route, detail, reason) this call would take, for arguments that
+        are meta (or fake) tensors: no kernel runs and nothing is counted."""
+        nat = self.bound
+        reason = self.static_reason
+        if nat is not None and not self.forced:
+            p = nat.decide(normalize(self.opi, args, kwargs), meta=True)
+            if p.__class__ is Prepared:
+                return "native", nat.impl, None
+            reason = p
+        kind, detail = self.choose(args, kwargs, reason, meta=True)
+        return ("decomposed" if kind == "device_decomposed" else kind), detail, reason
+
+    def fallback(self, args, kwargs, reason: Reason, vendor_failed: bool = False):
+        s = self.chip.stats
+        kind, detail = self.choose(args, kwargs, reason, vendor_failed=vendor_failed)
+        if kind == "vendor_fallback":
+            vals = normalize(self.opi, args, kwargs)
+            out = self.fb_native.run(vals, self.fb_native.decide(vals), count=False)
+            if out is FAILED:
+                return self.fallback(args, kwargs, self.fb_native.failure, vendor_failed=True)
+            s.fallback_ops += 1
+            s.vendor_fallback_ops += 1
+            s.route(self.qualname, kind, reason.kind, detail)
+            self._note(reason, f"running the vendor fallback {self.fb_native.impl}")
+            return out
+        if kind == "python_fallback":
+            return self._python_fallback(args, kwargs, reason)
+        if kind == "decomposed" or kind == "device_decomposed":
             s.fallback_ops += 1
             s.decomposed_ops += 1
-            s.routes[(self.qualname, "decomposed", f"torch._decomp ({reason})")] += 1
-            self._note(reason, "decomposing it into ops the chip runs natively")
-            return self.decomp(*args, **kwargs)
-        if CONFIG.fallback and (chip.spec.fallback_default == "cpu" or (fb is not None and fb.kind == "cpu")):
+            s.route(self.qualname, "decomposed", reason.kind, detail)
+            if kind == "decomposed":
+                self._note(reason, "decomposing it into ops the chip runs natively")
+                return self.decomp(*args, **kwargs)
+            # no CPU kernel exists: flbridge's decomposition, whatever its parts' routes
+            self._note(reason, "decomposing it (PyTorch has no CPU kernel for it)")
+            return self.device_only(*args, **kwargs)
+        if kind == "cpu":
+            if launch.STATE.capture is not None:
+                launch.STATE.capture.cpu_fallback(self, reason)
             s.fallback_ops += 1
             s.cpu_fallback_ops += 1
-            s.routes[(self.qualname, "cpu", str(reason))] += 1
+            s.route(self.qualname, "cpu", reason.kind, detail)
             self._note(reason, "running it on the CPU")
             return cpu_fallback(self, args, kwargs)
-        why = ("FLBRIDGE_FALLBACK=0 disables the CPU fallback" if not CONFIG.fallback else
-               f"the spec's fallback_policy.default is 'error' ({chip.spec.file})")
-        raise self._unsupported(reason, why)
+        raise self._unsupported(reason, detail)
 
     def _note(self, reason: Reason, action: str) -> None:
         chip = self.chip
@@ -159,7 +204,7 @@ class OpRoute:
             log.info("fallback %s on %s: %s; %s", self.qualname, chip.device_type, reason, action)
         if CONFIG.warn == "off":
             return
-        key = (self.qualname, str(reason))
+        key = (self.qualname, reason.kind)
         if CONFIG.warn == "once":
             if key in chip.warned:
                 return
@@ -193,40 +238,40 @@ class OpRoute:
         s = self.chip.stats
         s.fallback_ops += 1
         s.python_fallback_ops += 1
-        s.routes[(self.qualname, "python_fallback", f"{self.fb.target} ({reason})")] += 1
+        s.route(self.qualname, "python_fallback", reason.kind, f"{self.fb.target} ({reason})")
         self._note(reason, f"running the Python fallback {self.fb.target}")
         return out
 
     # ---------------------------------------------------- decomposition
 
     def _decomposes_natively(self, args, kwargs) -> bool:
+        """Whether the decomposition's parts all run natively.  Cached per
+        geometry and scalar *types*: each part's own route re-checks its
+        call, so a decision reused for another scalar value can cost a
+        fallback but never an invalid call."""
         try:
             key = meta_key(args, kwargs)
         except TypeError:
             return False
         ok = self.decomp_ok_cache.get(key)
         if ok is None:
+            if len(self.decomp_ok_cache) > 1024:
+                self.decomp_ok_cache.clear()
             ok = self.decomp_ok_cache[key] = self._trace_decomposition(args, kwargs)
         return ok
 
     def _trace_decomposition(self, args, kwargs) -> bool:
         """Runs the decomposition on meta tensors, recording each op it
         calls; it qualifies if the chip takes every one of them natively."""
-        from torch.utils._python_dispatch import TorchDispatchMode
         chip = self.chip
-        calls = []
-
-        class Record(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, a=(), kw=None):
-                calls.append((func, a, kw or {}))
-                return func(*a, **(kw or {}))
-
+        rec = _Record()
         try:
             margs, mkwargs = to_meta(args), to_meta(kwargs)
-            with Record():
+            with rec:
                 self.decomp(*margs, **mkwargs)
         except Exception:  # noqa: BLE001 - a decomposition that does not trace does not qualify
             return False
+        calls = rec.calls
         if not calls:
             return False
         for func, a, kw in calls:

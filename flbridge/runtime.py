@@ -14,7 +14,7 @@ batched), host mapping, synchronize, counters and the last error, raising
 from __future__ import annotations
 
 import ctypes
-import difflib
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +22,13 @@ from pathlib import Path
 import cffi
 import torch
 
+from . import launch
 from .binding import BindError, Plan, plan_call
 from .cheader import Header, load_header
 from .errors import DeviceError, HeaderError, RuntimeLoadError, SpecProblem
 from .registry import ROLE_PARAMS, DeviceSpec, OpEntry, dtype_name
+from .specfile import is_file
+from .suggest import closest
 
 
 class DeviceOOM(DeviceError):
@@ -50,6 +53,7 @@ class Runtime:
         self.ops: dict = {}          # OpOverload -> BoundOp
         self.desc_cache: dict = {}   # (addr, offset, shape, strides, dtype) -> descriptor
         self.vendor_fallbacks: dict = {}  # OpOverload -> BoundOp
+        self.chip = None                  # set by the Chip that owns this runtime
 
     # ------------------------------------------------------------ status
 
@@ -83,6 +87,8 @@ class Runtime:
 
     def d2h(self, dst_ptr: int, src: int, nbytes: int) -> None:
         st = self._d2h(self.ffi.cast("void *", dst_ptr), src, nbytes)
+        if launch.WATCH.active:
+            launch.transferred(self.chip, "d2h")
         if st != self._ok:
             raise self.error(st, self.spec.runtime.roles["memcpy_d2h"].fn)
 
@@ -105,12 +111,16 @@ class Runtime:
         if self._h2d_batch is None or len(items) == 1:
             for d, s, n in items:
                 self.h2d(d, s, n)
+            if launch.WATCH.active:
+                launch.transferred(self.chip, "h2d")
             return
         ffi = self.ffi
         dst = [d for d, _, _ in items]
         src = [ffi.cast("void *", s) for _, s, _ in items]
         nb = [n for _, _, n in items]
         st = self._h2d_batch(dst, src, nb, len(items))
+        if launch.WATCH.active:
+            launch.transferred(self.chip, "h2d")
         if st != self._ok:
             raise self.error(st, self.spec.runtime.roles["memcpy_h2d_batch"].fn)
 
@@ -121,6 +131,8 @@ class Runtime:
     def map(self, host_ptr: int, nbytes: int) -> int:
         out = self.ffi.new(self._map_out_type)
         st = self._map(self.ffi.cast("void *", host_ptr), nbytes, out)
+        if launch.WATCH.active:
+            launch.transferred(self.chip, "map")
         if st != self._ok:
             raise self.error(st, self.spec.runtime.roles["mem_map"].fn)
         return int(out[0])
@@ -159,6 +171,19 @@ class Runtime:
         if self._reset_counters is not None:
             self._reset_counters()
 
+    @property
+    def has_kernel_timer(self) -> bool:
+        return self._kernel_timer is not None
+
+    def last_kernel_ns(self) -> int:
+        """The runtime's device time of the calling thread's last kernel or
+        copy, in nanoseconds (the spec's runtime.kernel_timer)."""
+        out = self.ffi.new(self._kernel_timer_type)
+        st = self._kernel_timer(out)
+        if st != self._ok:
+            raise self.error(st, self.spec.runtime.roles["kernel_timer"].fn)
+        return int(out[0])
+
     def shutdown(self) -> None:
         if self._shutdown is not None:
             self._shutdown()
@@ -185,12 +210,14 @@ class Runtime:
         return dtype in self.dtype_codes
 
     def copy_kernel(self, src, dst) -> None:
-        st = self._copy(*((src, dst) if self._copy_order == ("src", "dst") else (dst, src)))
+        args = (src, dst) if self._copy_order == ("src", "dst") else (dst, src)
+        st = launch.kernel(self.chip, self._copy_label, self._copy, args)
         if st != self._ok:
             raise self.error(st, self.spec.runtime.roles["copy"].fn)
 
     def fill_kernel(self, dst, value: float) -> None:
-        st = self._fill(*((dst, value) if self._fill_order == ("dst", "value") else (value, dst)))
+        args = (dst, value) if self._fill_order == ("dst", "value") else (value, dst)
+        st = launch.kernel(self.chip, self._fill_label, self._fill, args)
         if st != self._ok:
             raise self.error(st, self.spec.runtime.roles["fill"].fn)
 
@@ -203,7 +230,7 @@ class Runtime:
         return self._fill is not None
 
 
-_ITEMSIZE = {dt: torch.empty(0, dtype=dt).element_size() for dt in
+_ITEMSIZE = {dt: dt.itemsize for dt in
              (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.uint8,
               torch.int16, torch.int32, torch.int64, torch.bool)}
 
@@ -217,90 +244,130 @@ def _lib_symbols(path: Path) -> ctypes.CDLL | None:
         return None
 
 
+@dataclass
+class StaticCheck:
+    """What checking a spec against its header alone found (nothing loaded,
+    no vendor code run): the call plan of every op entry it could bind."""
+    spec: DeviceSpec
+    header: Header
+    ops: dict                    # OpOverload -> Plan
+    vendor_fallbacks: dict       # OpOverload -> Plan
+    roles: dict                  # role -> the header's Function
+
+
 def bind_runtime(spec: DeviceSpec) -> tuple[Runtime | None, list[SpecProblem], list[RuntimeLoadError]]:
     """Loads and checks `spec`'s runtime.  Returns (runtime or None, spec
     problems, load errors); the runtime is None if anything is wrong."""
+    return _bind(spec, load=True)
+
+
+def check_static(spec: DeviceSpec) -> tuple[StaticCheck | None, list[SpecProblem]]:
+    """Checks `spec` against its header without loading the library: the
+    header parses, the descriptor struct and constants exist, role functions
+    are declared with the role's parameters, every op entry binds to its C
+    function's parameters.  Symbols and the library's start-up need
+    :func:`bind_runtime`."""
+    result, problems, _ = _bind(spec, load=False)
+    return result, problems
+
+
+def _bind(spec: DeviceSpec, load: bool):
     problems: list[SpecProblem] = []
     load_errors: list[RuntimeLoadError] = []
     loc = spec.locations
     rt = spec.runtime
 
     def prob(where, field, msg):
-        problems.append(SpecProblem(where[0], where[1], field, msg))
+        problems.append(SpecProblem(where[0], max(1, where[1]), field, msg))
 
     # header
-    hdr_where = loc.get("runtime_header", (spec.file, 0))
-    if not spec.runtime_header.is_file():
+    hdr_where = loc.get("runtime_header", (spec.file, 1))
+    if not is_file(spec.runtime_header):
         prob(hdr_where, "runtime_header", f"header {spec.runtime_header} does not exist")
         return None, problems, load_errors
     try:
         header = load_header(spec.runtime_header)
-        ffi = cffi.FFI()
-        ffi.cdef(header.cdef)
     except HeaderError as e:
-        problems.append(SpecProblem(e.file, e.line, "runtime_header",
+        problems.append(SpecProblem(e.file, max(1, e.line), "runtime_header",
                                     f"cannot parse header (named at {hdr_where[0]}:{hdr_where[1]}): {e.message}"))
         return None, problems, load_errors
-    except cffi.CDefError as e:
-        prob(hdr_where, "runtime_header", f"cffi cannot use {spec.runtime_header} after preprocessing: {e}")
+    ffi = cffi.FFI()
+    try:
+        ffi.cdef(header.cdef)
+    except Exception as e:  # noqa: BLE001 - cffi's parser raises several types for C it cannot take
+        m = re.search(r":(\d+):\d+: ", str(e))
+        line = int(m.group(1)) if m else 1
+        problems.append(SpecProblem(str(spec.runtime_header), line, "runtime_header",
+                                    f"cffi cannot use the header after preprocessing (named at "
+                                    f"{hdr_where[0]}:{hdr_where[1]}): {str(e).splitlines()[-1][:300]}"))
         return None, problems, load_errors
 
     # library
-    so_where = loc.get("runtime_so", (spec.file, 0))
-    if not spec.runtime_so.exists():
-        load_errors.append(RuntimeLoadError(
-            f"runtime library {spec.runtime_so} does not exist (build the simulators with "
-            f"`pip install -e .` or `python native_sim/build.py`, or fix the path)",
-            file=so_where[0], line=so_where[1], field="runtime_so", library=str(spec.runtime_so),
-            reason="no such file"))
-        return None, problems, load_errors
-    try:
-        lib = ffi.dlopen(str(spec.runtime_so))
-    except OSError as e:
-        load_errors.append(RuntimeLoadError(
-            f"Failed to load {spec.runtime_so.name}: {e}", file=so_where[0], line=so_where[1],
-            field="runtime_so", library=str(spec.runtime_so), reason=str(e)))
-        return None, problems, load_errors
-    symbols = _lib_symbols(spec.runtime_so)
+    lib = symbols = None
+    if load:
+        so_where = loc.get("runtime_so", (spec.file, 1))
+        if not is_file(spec.runtime_so):
+            load_errors.append(RuntimeLoadError(
+                f"runtime library {spec.runtime_so} does not exist (build the simulators with "
+                f"`pip install -e .` or `python native_sim/build.py`, or fix the path)",
+                file=so_where[0], line=so_where[1], field="runtime_so", library=str(spec.runtime_so),
+                reason="no such file"))
+            return None, problems, load_errors
+        try:
+            lib = ffi.dlopen(str(spec.runtime_so))
+        except OSError as e:
+            load_errors.append(RuntimeLoadError(
+                f"Failed to load {spec.runtime_so.name}: {e}", file=so_where[0], line=so_where[1],
+                field="runtime_so", library=str(spec.runtime_so), reason=str(e)))
+            return None, problems, load_errors
+        symbols = _lib_symbols(spec.runtime_so)
 
     def has_symbol(name: str) -> bool:
         return symbols is not None and hasattr(symbols, name)
 
     def function(name: str, where, field):
-        """The cffi function `name`, or None after recording why not."""
-        if not has_symbol(name):
+        """The cffi function `name` (its header declaration when not
+        loading), or None after recording why not."""
+        if load and not has_symbol(name):
             exported = sorted(n for n in header.functions if has_symbol(n))
-            near = difflib.get_close_matches(name, exported, 1)
+            near = closest(name, exported)
             load_errors.append(RuntimeLoadError(
                 f"undefined symbol: {name} in {spec.runtime_so.name} (named by {field})"
-                + (f"; did you mean {near[0]}?" if near else "")
+                + (f"; did you mean {near}?" if near else "")
                 + f" Check with: nm -D {spec.runtime_so} | grep {name.split('_')[0]}",
                 file=where[0], line=where[1], field=field, library=str(spec.runtime_so), symbol=name,
                 reason="undefined symbol"))
             return None
         if name not in header.functions:
-            prob(where, field, f"{name} is exported by {spec.runtime_so.name} but not declared in "
-                               f"{spec.runtime_header.name}; flbridge needs its declaration")
+            if load:
+                prob(where, field, f"{name} is exported by {spec.runtime_so.name} but not declared in "
+                                   f"{spec.runtime_header.name}; flbridge needs its declaration")
+            else:
+                near = closest(name, header.functions)
+                prob(where, field, f"{name} is not declared in {spec.runtime_header.name}"
+                                   + (f"; did you mean {near}?" if near else ""))
             return None
-        return getattr(lib, name)
+        return getattr(lib, name) if load else header.functions[name]
 
     def constant(value, where, field):
         if isinstance(value, int):
             return value
-        try:
-            return int(getattr(lib, value))
-        except AttributeError:
-            known = list(header.constants) + [n for n in dir(lib) if n.isupper()]
-            near = difflib.get_close_matches(value, known, 1)
+        v = header.constant(value)
+        if load:
+            try:
+                v = int(getattr(lib, value))
+            except (AttributeError, TypeError):
+                v = None
+        if v is None:
+            known = list(header.constants) + [n for m in header.enums.values() for n in m]
+            near = closest(value, known)
             prob(where, field, f"'{value}' is not a constant in {spec.runtime_header.name}"
-                               + (f"; did you mean '{near[0]}'?" if near else ""))
-            return None
-
-    r = Runtime(spec, header, ffi, lib)
+                               + (f"; did you mean '{near}'?" if near else ""))
+        return v
 
     # status codes
-    r._ok = constant(rt.status_success, (rt.file, rt.line), "runtime.status.success")
-    r._oom = constant(rt.status_oom, (rt.file, rt.line), "runtime.status.out_of_memory") \
+    ok = constant(rt.status_success, (rt.file, rt.line), "runtime.status.success")
+    oom = constant(rt.status_oom, (rt.file, rt.line), "runtime.status.out_of_memory") \
         if rt.status_oom is not None else None
 
     # descriptor struct
@@ -308,8 +375,8 @@ def bind_runtime(spec: DeviceSpec) -> tuple[Runtime | None, list[SpecProblem], l
     struct_types = {ts.type}
     try:
         sty = ffi.typeof(ts.type)
-        fields = dict(sty.fields) if sty.kind == "struct" else None
-    except (ffi.error, TypeError, AttributeError):
+        fields = dict(sty.fields) if sty.kind == "struct" and sty.fields is not None else None
+    except Exception:  # noqa: BLE001 - ffi.error, CDefError, TypeError: not a type cffi knows
         fields = None
     if fields is None:
         prob((ts.file, ts.line), "runtime.tensor.type",
@@ -317,38 +384,31 @@ def bind_runtime(spec: DeviceSpec) -> tuple[Runtime | None, list[SpecProblem], l
         return None, problems, load_errors
     for role, cname in ts.fields.items():
         if cname not in fields:
-            near = difflib.get_close_matches(cname, list(fields), 1)
+            near = closest(cname, fields)
             prob((ts.file, ts.line), f"runtime.tensor.{role}",
-                 f"{ts.type} has no field '{cname}'" + (f"; did you mean '{near[0]}'?" if near else
+                 f"{ts.type} has no field '{cname}'" + (f"; did you mean '{near}'?" if near else
                                                       f" (fields: {', '.join(fields)})"))
     if problems:
         return None, problems, load_errors
     shape_t, strides_t = fields[ts.fields["shape"]].type, fields[ts.fields["strides"]].type
-    if shape_t.kind != "array" or strides_t.kind != "array" or shape_t.length != strides_t.length:
+    if shape_t.kind != "array" or strides_t.kind != "array" or shape_t.length != strides_t.length \
+            or not shape_t.length:
         prob((ts.file, ts.line), "runtime.tensor.shape",
              f"{ts.type}.{ts.fields['shape']} and .{ts.fields['strides']} must be arrays of the same length")
         return None, problems, load_errors
-    r.max_dims = shape_t.length
-    r._desc_ptr = ffi.typeof(ts.type + " *")
     order = [name for name, _ in sty.fields]
-    r._nfields = len(order)
-    # positions in the initializer list of: data, ndim, shape, strides, dtype, offset
-    r._field_pos = tuple(order.index(ts.fields[k]) if k in ts.fields else None
-                         for k in ("data", "ndim", "shape", "strides", "dtype", "offset"))
     # typedef names that denote the struct (x1_tensor_t / struct x1_tensor)
     struct_types |= {name for name in header.typedefs if _same_type(ffi, name, ts.type)}
     enum_types = {name for name in header.typedefs if _is_enum(ffi, name)}
 
     # dtype codes
-    r.dtype_codes = {}
+    dtype_codes = {}
     for dt, code in rt.dtype_codes.items():
         v = constant(code, (rt.file, rt.line), f"runtime.dtypes.{dtype_name(dt)}")
         if v is not None:
-            r.dtype_codes[dt] = v
+            dtype_codes[dt] = v
 
     # roles
-    for role in ROLE_PARAMS:
-        setattr(r, "_role_" + role, None)
     role_fns = {}
     for role, rf in rt.roles.items():
         fn = function(rf.fn, (rf.file, rf.line), f"runtime.{role}")
@@ -360,40 +420,71 @@ def bind_runtime(spec: DeviceSpec) -> tuple[Runtime | None, list[SpecProblem], l
         if role == "init":
             missing = [n for n in pnames if n not in rf.values]
             extra = [k for k in rf.values if k not in pnames]
-            if missing or extra:
+            bad = [k for k, v in rf.values.items() if k in pnames and not _fits(ffi, decl, k, v)]
+            if missing or extra or bad:
                 prob((rf.file, rf.line), "runtime.init.values",
-                     f"{rf.fn} takes ({', '.join(pnames)}); give each a value under values"
-                     + (f" (unknown: {', '.join(extra)})" if extra else ""))
+                     f"{rf.fn} takes ({', '.join(str(n) for n in pnames)}); give each a number under values"
+                     + (f" (unknown: {', '.join(extra)})" if extra else "")
+                     + (f" (does not fit the C type: {', '.join(bad)})" if bad else ""))
                 continue
-        else:
-            order = rf.args or tuple(pnames)
-            if len(pnames) != len(canon) or sorted(order) != sorted(canon):
-                prob((rf.file, rf.line), f"runtime.{role}",
-                     f"{rf.fn}({', '.join(str(n) for n in pnames)}) does not match the {role} role "
-                     f"({', '.join(canon)}): list the role's names in C order under args, e.g. "
-                     f"{{fn: {rf.fn}, args: [{', '.join(canon)}]}}")
-                continue
-            rf_order = tuple(order)
-            role_fns[role] = (fn, decl, rf_order)
+            role_fns[role] = (fn, decl, None)
             continue
-        role_fns[role] = (fn, decl, None)
+        order_ = rf.args or tuple(pnames)
+        if len(pnames) != len(canon) or sorted(map(str, order_)) != sorted(canon):
+            prob((rf.file, rf.line), f"runtime.{role}",
+                 f"{rf.fn}({', '.join(str(n) for n in pnames)}) does not match the {role} role "
+                 f"({', '.join(canon)}): list the role's names in C order under args, e.g. "
+                 f"{{fn: {rf.fn}, args: [{', '.join(canon)}]}}")
+            continue
+        role_fns[role] = (fn, decl, tuple(order_))
     if problems or load_errors:
         return None, problems, load_errors
-    _wire_roles(r, role_fns)
 
     # ops
+    ops, vendor_fallbacks = {}, {}
     for op, entry in spec.ops.items():
-        bound = _bind_op(r, entry, function, prob, struct_types, enum_types)
+        bound = _bind_op(header, dtype_codes, entry, function, prob, struct_types, enum_types)
         if bound:
-            r.ops[op] = bound
+            ops[op] = bound
     for op, fb in spec.op_specific.items():
         if fb.kind == "vendor":
-            bound = _bind_op(r, fb.entry, function, prob, struct_types, enum_types)
+            bound = _bind_op(header, dtype_codes, fb.entry, function, prob, struct_types, enum_types)
             if bound:
-                r.vendor_fallbacks[op] = bound
+                vendor_fallbacks[op] = bound
     if problems or load_errors:
         return None, problems, load_errors
+    if not load:
+        return StaticCheck(spec, header, {op: b.plan for op, b in ops.items()},
+                           {op: b.plan for op, b in vendor_fallbacks.items()},
+                           {role: v[1] for role, v in role_fns.items()}), problems, load_errors
+
+    r = Runtime(spec, header, ffi, lib)
+    r._ok, r._oom = ok, oom
+    r.max_dims = shape_t.length
+    r._desc_ptr = ffi.typeof(ts.type + " *")
+    r._nfields = len(order)
+    # positions in the initializer list of: data, ndim, shape, strides, dtype, offset
+    r._field_pos = tuple(order.index(ts.fields[k]) if k in ts.fields else None
+                         for k in ("data", "ndim", "shape", "strides", "dtype", "offset"))
+    r.dtype_codes = dtype_codes
+    for role in ROLE_PARAMS:
+        setattr(r, "_role_" + role, None)
+    _wire_roles(r, role_fns)
+    r.ops, r.vendor_fallbacks = ops, vendor_fallbacks
     return r, problems, load_errors
+
+
+def _fits(ffi, decl, pname: str, value) -> bool:
+    """Whether `value` can be passed as parameter `pname` of `decl` (a number
+    in range for an integer, a number for a float, null for a pointer)."""
+    ctype = next(p.ctype for p in decl.params if p.name == pname)
+    if value is not None and not isinstance(value, (int, float)):
+        return False
+    try:
+        ffi.new(ctype + " *", value)
+    except Exception:  # noqa: BLE001 - OverflowError, TypeError, ffi.error: it does not fit
+        return False
+    return True
 
 
 def _same_type(ffi, a: str, b: str) -> bool:
@@ -451,16 +542,22 @@ def _wire_roles(r: Runtime, role_fns: dict) -> None:
     r._counters = role_fns["counters"][0] if "counters" in role_fns else None
     r._counters_type = out_type("counters", "counters") if r._counters else None
     r._reset_counters = role_fns["reset_counters"][0] if "reset_counters" in role_fns else None
+    r._kernel_timer = ordered("kernel_timer") if "kernel_timer" in role_fns else None
+    r._kernel_timer_type = out_type("kernel_timer", "ns") if r._kernel_timer else None
     r._shutdown = role_fns["shutdown"][0] if "shutdown" in role_fns else None
     r._copy = role_fns["copy"][0] if "copy" in role_fns else None
     r._copy_order = role_fns["copy"][2] if r._copy else None
     r._fill = role_fns["fill"][0] if "fill" in role_fns else None
     r._fill_order = role_fns["fill"][2] if r._fill else None
+    # the adapter's copies and constant fills as they appear in profiles
+    r._copy_label = f"{r.spec.runtime.roles['copy'].fn} [{r.device_type}]" if r._copy else ""
+    r._fill_label = f"{r.spec.runtime.roles['fill'].fn} [{r.device_type}]" if r._fill else ""
     result = ffi.typeof(role_fns["malloc"][0]).result
     r._status_names = dict(result.elements) if result.kind == "enum" else {}
 
 
-def _bind_op(r: Runtime, entry: OpEntry, function, prob, struct_types, enum_types) -> BoundOp | None:
+def _bind_op(header: Header, dtype_codes: dict, entry: OpEntry, function, prob, struct_types,
+             enum_types) -> BoundOp | None:
     where = (entry.file, entry.line)
     field = f"{entry.path}.impl" if entry.path else "impl"
     fn = function(entry.impl, where, field)
@@ -471,18 +568,18 @@ def _bind_op(r: Runtime, entry: OpEntry, function, prob, struct_types, enum_type
         qf = function(q.convert, where, f"{entry.path}.dtype_quirks.{arg}.convert")
         if qf is None:
             continue
-        decl = r.header.functions[q.convert]
+        decl = header.functions[q.convert]
         if len(decl.params) != 2 or any(p.base not in struct_types for p in decl.params):
             prob(where, f"{entry.path}.dtype_quirks.{arg}.convert",
                  f"{q.convert} must take (source descriptor, destination descriptor)")
             continue
-        if q.pass_as not in r.dtype_codes:
+        if q.pass_as not in dtype_codes:
             prob(where, f"{entry.path}.dtype_quirks.{arg}.pass_as",
                  f"dtype {dtype_name(q.pass_as)} has no code under runtime.dtypes")
             continue
         quirk_fns[arg] = qf
     try:
-        plan = plan_call(entry, r.header.functions[entry.impl], struct_types, enum_types)
+        plan = plan_call(entry, header.functions[entry.impl], struct_types, enum_types)
     except BindError as e:
         prob(where, f"{entry.path} ({entry.qualname} -> {entry.impl})", str(e))
         return None

@@ -35,6 +35,23 @@ class XPUTensor(torch.Tensor):
             s = "Parameter containing:\n" + s
         return s
 
+    def data_ptr(self) -> int:
+        """The device address of the first element (its bytes made current
+        on the device first), as a CUDA tensor's data_ptr() is; 0 for a
+        tensor without bytes."""
+        st = self._st
+        if not st.nbytes:
+            return 0
+        from .residency import make_resident
+        make_resident(st.chip, [st])
+        return st.dev + self.storage_offset() * self.element_size()
+
+    def untyped_storage(self):
+        # resize_ frees and re-allocates the bytes, as FSDP2 does to
+        # unsharded parameters (see flbridge.fl_storage)
+        from .fl_storage import storage_of
+        return storage_of(self)
+
     def tolist(self):
         return host_copy(self).tolist()
 
@@ -68,7 +85,7 @@ class XPUTensor(torch.Tensor):
         if self.grad is not None:
             new.grad = copy.deepcopy(self.grad, memo)
         for k, v in self.__dict__.items():
-            if k not in ("_st", "_d", "_dd"):
+            if k not in ("_st", "_d", "_dd", "_k"):
                 setattr(new, k, copy.deepcopy(v, memo))
         memo[id(self)] = new
         return new
@@ -94,7 +111,7 @@ _ITEMSIZES: dict = {}
 def _itemsize(dtype: torch.dtype) -> int:
     n = _ITEMSIZES.get(dtype)
     if n is None:
-        n = _ITEMSIZES[dtype] = torch.empty(0, dtype=dtype).element_size()
+        n = _ITEMSIZES[dtype] = dtype.itemsize
     return n
 
 
@@ -103,7 +120,7 @@ def host_view(t: XPUTensor) -> torch.Tensor:
     st = t._st
     st.ensure_host()
     if not st.nbytes:
-        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
     return st.host_flat(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
 
 
@@ -123,6 +140,7 @@ def set_geometry(t: XPUTensor, shape, strides, offset) -> None:
     """Rewrites t's size/stride/offset in place (PyTorch's own set_ on the
     wrapper's metadata, run with the meta kernel)."""
     t.__dict__.pop("_dd", None)
+    t.__dict__.pop("_k", None)
     src = torch.Tensor._make_wrapper_subclass(XPUTensor, shape, strides=strides, storage_offset=offset,
                                               dtype=t.dtype, device=t.device)
     with torch.utils._mode_utils.no_dispatch():
@@ -132,3 +150,21 @@ def set_geometry(t: XPUTensor, shape, strides, offset) -> None:
             torch.ops.aten.set_.source_Tensor(t, src)
         finally:
             torch._C._set_meta_in_tls_dispatch_include(prev)
+
+
+def resize_for_output(t: XPUTensor, shape, strides) -> None:
+    """An out= argument of the wrong shape takes the result's (PyTorch's
+    resize_output).  The kernel writes every element, so a storage that must
+    grow does so without keeping its old bytes: no transfer."""
+    numel, span = 1, 1
+    for d, s in zip(shape, strides):
+        numel *= d
+        span += (d - 1) * s
+    need = (t.storage_offset() + span) * t.element_size() if numel else 0
+    st = t._st
+    if need > st.nbytes:
+        st.drop_device()
+        st.host, st.typed = None, None
+        st.host_valid = st.dev_valid = False
+        st.nbytes = need
+    set_geometry(t, tuple(shape), tuple(strides), t.storage_offset())

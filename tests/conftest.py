@@ -14,8 +14,10 @@ for _chip in ("X1SIM", "TH1SIM"):
 from flbridge._paths import source_root  # noqa: E402
 
 _root = source_root()
-if _root is not None:
+if _root is not None and os.environ.get("FLSIM_SKIP_BUILD") != "1":
     # A checkout: make sure the simulators match their sources (incremental).
+    # (FLSIM_SKIP_BUILD=1 runs against libraries built elsewhere, e.g. with
+    # FLBRIDGE_DEVICE_DIR naming specs that point at them.)
     sys.path.insert(0, str(_root / "native_sim"))
     import build as _native_build  # noqa: E402
 

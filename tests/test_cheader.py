@@ -114,3 +114,42 @@ def test_unnamed_parameters_are_reported_by_the_binding():
     cdef, _ = preprocess("typedef struct { int a; } t_t; int k(const t_t *, t_t *);")
     fns, _ = parse_functions(cdef)
     assert fns["k"].param_names == [None, None]
+
+
+def test_enum_members_get_their_c_values_without_loading(tmp_path):
+    hdr = tmp_path / "rt.h"
+    hdr.write_text("#define BASE 100\n"
+                   "typedef enum { A_OK = 0, A_BAD = BASE + 1, A_WORSE, A_SHIFT = 1 << 4 } a_status;\n"
+                   "enum a_kind { K0, K1 = 'x', K2 };\n"
+                   "a_status a_init(void);\n")
+    h = load_header(hdr)
+    assert h.enums["a_status"] == {"A_OK": 0, "A_BAD": 101, "A_WORSE": 102, "A_SHIFT": 16}
+    assert h.enums["enum a_kind"] == {"K0": 0, "K1": 120, "K2": 121}
+    assert h.constant("A_WORSE") == 102 and h.constant("BASE") == 100 and h.constant("NOPE") is None
+
+
+def test_c_arithmetic_follows_c_not_python():
+    from flbridge import cexpr
+    assert cexpr.evaluate("-7 / 2") == -3 and cexpr.evaluate("-7 % 2") == -1     # truncation toward zero
+    assert cexpr.evaluate("1 ? 2 : 3") == 2 and cexpr.evaluate("!0 && (3 > 2)") == 1
+    assert cexpr.evaluate("0x10u | 0b1 | 010") == 25 and cexpr.evaluate("'A'") == 65
+    with pytest.raises(cexpr.CExprError, match="shift by 64"):
+        cexpr.evaluate("1 << 64")
+    with pytest.raises(cexpr.NotConstant):
+        cexpr.evaluate("(int)4")                     # a cast names a type: not a constant
+
+
+def test_if_with_unbounded_arithmetic_is_an_error_at_its_line():
+    text = "#if (1 << 99999999999)\nint f(void);\n#endif\n"
+    with pytest.raises(HeaderError) as ei:
+        preprocess(text, "x.h")
+    assert ei.value.line == 1 and "shift by 99999999999" in ei.value.message
+
+
+def test_header_over_the_size_limit_is_refused(tmp_path):
+    from flbridge.cheader import MAX_HEADER_BYTES
+    hdr = tmp_path / "sdk.h"
+    hdr.write_bytes(b"/*" + b" " * MAX_HEADER_BYTES + b"*/\n")
+    with pytest.raises(HeaderError, match="larger than 8 MiB") as ei:
+        load_header(hdr)
+    assert ei.value.line == 1

@@ -73,3 +73,30 @@ def test_ops_from_several_threads(flchips):
     assert not errors, errors
     for got, want in results.values():
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+
+
+def _cli(*args, env=None, timeout=180):
+    return subprocess.run([sys.executable, "-m", "flbridge.cli", *args], capture_output=True, text=True,
+                          env=env or dict(os.environ), timeout=timeout)
+
+
+def test_cli_errors_are_one_line_and_a_nonzero_exit(flchips, capsys):
+    import pytest
+    from flbridge.cli import main
+    assert main(["demo", "--device", "xpu:nope"]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["flbridge demo: error: unknown device 'xpu:nope'; registered chips: "
+                                "xpu:th1 (fl:0), xpu:x1 (fl:1), xpu:x1-v2 (fl:2)"]
+    for args, msg in ((("--batch", "0"), "argument --batch: must be at least 1, got 0"),
+                      (("--steps", "-1"), "argument --steps: must be at least 1, got -1"),
+                      (("--steps", "two"), "argument --steps: 'two' is not a whole number")):
+        with pytest.raises(SystemExit) as ei:
+            main(["demo", *args])
+        assert ei.value.code == 2 and msg in capsys.readouterr().err
+
+
+def test_run_demo_refuses_bad_arguments():
+    import pytest
+    for kw in ({"steps": 0}, {"batch": -1}, {"steps": 1.5}):
+        with pytest.raises(ValueError, match="must be a whole number of at least 1"):
+            run_demo(**kw, out=lambda *_: None)

@@ -358,3 +358,128 @@ def test_no_chip_name_in_flbridge_python_code():
             if isinstance(node, ast.Name) or isinstance(node, ast.Attribute):
                 ident = (node.id if isinstance(node, ast.Name) else node.attr).lower()
                 assert not any(ident == n or ident.startswith(n + "_") for n in names), (f.name, ident)
+
+
+# ------------------------------------------------- partial init, strictness
+
+PARTIAL_INIT = r"""
+import torch, flbridge, warnings
+from flbridge.backend import chip_for
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    usable = flbridge.init()
+print("usable", [c.index for c in usable], "count", torch.fl.device_count(), "avail", torch.fl.is_available())
+print("good", chip_for("xpu:good").index)
+x = torch.ones(3).to("fl:1")
+print("sum", (x + x).cpu().tolist())
+try:
+    torch.ones(3).to("fl:0") + 1
+except flbridge.FlbridgeError as e:
+    print("refused", type(e).__name__, str(e).splitlines()[0])
+torch.fl.empty_cache(); torch.fl.synchronize(); torch.fl.manual_seed_all(0); flbridge.reset_stats()
+for x in w:
+    if isinstance(x.message, flbridge.errors.SpecWarning):
+        print("warned", x.message.index, x.message.file.rsplit("/", 1)[-1], x.message.problems[0].rsplit("/", 1)[-1])
+from flbridge.cli import devices
+print("devices rc", devices())
+"""
+
+
+def _partial_folder(tmp_path):
+    good = spec_text(X1_TEXT).replace('"xpu:x1"', '"xpu:good"')
+    (tmp_path / "a_typo.yaml").write_text(good.replace('"xpu:good"', '"xpu:typo"').replace("vendor:", "vendr:"))
+    (tmp_path / "b_good.yaml").write_text(good)
+    (tmp_path / "c_pyfb.yaml").write_text(good.replace('"xpu:good"', '"xpu:pyfb"').replace(
+        "  op_specific:\n", '  op_specific:\n    "aten::gelu": "python:no_such_module_anywhere:gelu"\n'))
+    return tmp_path
+
+
+def test_a_bad_spec_keeps_its_index_and_the_others_load(tmp_path):
+    env = dict(os.environ, FLBRIDGE_DEVICE_DIR=str(_partial_folder(tmp_path)))
+    r = subprocess.run([sys.executable, "-c", PARTIAL_INIT], capture_output=True, text=True, env=env, timeout=180)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "usable [1] count 3 avail True" in out and "good 1" in out and "sum [2.0, 2.0, 2.0]" in out
+    assert "refused DeviceUnavailableError fl:0 (xpu:typo) is unavailable" in out
+    line = line_of(tmp_path / "a_typo.yaml", "vendr:")
+    assert f"warned 0 a_typo.yaml a_typo.yaml:{line}: vendr: unknown field 'vendr'" in out
+    # a python: fallback module that cannot be imported makes only its own chip unavailable
+    assert "warned 2 c_pyfb.yaml c_pyfb.yaml:" in out and "no_such_module_anywhere" in r.stdout + r.stderr
+    # `flbridge devices` lists every index, the unavailable ones with their problems, and exits with 1
+    lines = out.splitlines()
+    first = lines.index(next(ln for ln in lines if ln.startswith("fl:0")))
+    assert lines[first].startswith("fl:0  xpu:typo     UNAVAILABLE")
+    assert lines[first + 1].strip().startswith(f"{tmp_path}/a_typo.yaml:{line}: vendr:")
+    assert any(ln.startswith("fl:1  xpu:good") and "native ops" in ln for ln in lines)
+    assert any(ln.startswith("fl:2  xpu:pyfb") and "UNAVAILABLE" in ln for ln in lines)
+    assert "devices rc 1" in out
+
+
+def test_strict_specs_make_a_bad_spec_fatal(tmp_path, monkeypatch):
+    """FLBRIDGE_STRICT_SPECS=1: init() raises one SpecError with every bad
+    spec's problems (what init() does with the slots it loaded)."""
+    from flbridge import _raise_if_strict, config
+    from flbridge.registry import load_specs
+    monkeypatch.setenv("FLBRIDGE_DEVICE_DIR", str(_partial_folder(tmp_path)))
+    monkeypatch.setenv("FLBRIDGE_STRICT_SPECS", "1")
+    slots = load_specs(discover())
+    assert config.load().strict_specs
+    with pytest.raises(flbridge.SpecError) as ei:
+        _raise_if_strict(slots, config.load().strict_specs)
+    assert [p.file.rsplit("/", 1)[-1] for p in ei.value.problems] == ["a_typo.yaml", "a_typo.yaml", "c_pyfb.yaml"]
+    _raise_if_strict(slots, False)                      # the default: no error, the slots say what is wrong
+    monkeypatch.delenv("FLBRIDGE_STRICT_SPECS")
+    assert not config.load().strict_specs
+
+
+# ------------------------------------------------------- static validation
+
+def test_static_validation_loads_nothing(tmp_path, monkeypatch, capsys):
+    marker = tmp_path / "imported"
+    (tmp_path / "sidefx_fallbacks.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
+                                                  f"def gelu(*a, **k):\n    return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    text = spec_text(X1_TEXT).replace("libx1sim.so", "libnotbuilt.so").replace(
+        "  op_specific:\n", '  op_specific:\n    "aten::gelu": "python:sidefx_fallbacks:gelu"\n')
+    p = write(tmp_path, text)
+    assert validate([str(p)], static=True) == 0
+    out = capsys.readouterr().out
+    assert f"ok: {p}: xpu:x1" in out and "(static: library not loaded)" in out
+    assert not marker.exists()                                  # the module was not imported
+    assert validate([str(p)]) == 1                              # full: loads, imports
+    assert "libnotbuilt.so does not exist" in capsys.readouterr().out and marker.exists()
+
+
+def test_static_validation_still_binds_parameters(tmp_path, capsys):
+    text = spec_text(X1_TEXT).replace("libx1sim.so", "libnotbuilt.so")
+    p = write(tmp_path, text.replace("  - {name: aten::bmm, impl: x1_bmm,",
+                                     "  - {name: aten::bmm, impl: x1_bmm, args: {mat3: mat2},"))
+    assert validate([str(p)], static=True) == 1
+    assert f"{p}:{line_of(p, 'mat3')}:" in capsys.readouterr().out
+
+
+def test_validate_reports_a_duplicate_device_type_instead_of_ok(tmp_path, capsys):
+    a = write(tmp_path, spec_text(X1_TEXT), "a.yaml")
+    b = write(tmp_path, spec_text(X1_TEXT), "b.yaml")
+    assert validate([str(tmp_path)], static=True) == 1
+    out = capsys.readouterr().out
+    assert f"ok: {a}: xpu:x1" in out and f"ok: {b}" not in out
+    assert f"{b}:{line_of(b, 'device_type')}: device_type: 'xpu:x1' is also claimed by {a}:" in out
+
+
+def test_device_dir_naming_a_file_says_so(tmp_path, monkeypatch):
+    f = write(tmp_path, spec_text(X1_TEXT))
+    monkeypatch.setenv("FLBRIDGE_DEVICE_DIR", str(f))
+    with pytest.warns(SpecDirWarning, match=rf"{f} is a file, not a folder; to load only this spec, set "
+                                            rf"FLBRIDGE_DEVICE_DIR={tmp_path}"):
+        assert discover() == []
+
+
+def test_suggestions_prefer_the_one_keystroke_fix(tmp_path, capsys):
+    from flbridge.suggest import closest
+    assert closest("x1_mmm", ["x1_mem_map", "x1_mm", "x1_bmm", "x1_mean"]) == "x1_mm"
+    assert closest("th1Matmull", ["th1Matmul", "th1MemAlloc"]) == "th1Matmul"
+    assert closest("totally_else", ["x1_mm"]) is None
+    p = write(tmp_path, spec_text(X1_TEXT).replace("impl: x1_mm,", "impl: x1_mmm,"))
+    assert validate([str(p)], static=True) == 1
+    assert "x1_mmm is not declared in x1_runtime.h; did you mean x1_mm?" in capsys.readouterr().out
