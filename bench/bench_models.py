@@ -35,7 +35,6 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 import flbridge  # noqa: E402
-from flbridge import cpu_fallback as _cpu_fallback_mod  # noqa: E402
 from flbridge import launch, route as _route_mod  # noqa: E402
 from flbridge.demo_models import TinyGPT, token_batch  # noqa: E402
 

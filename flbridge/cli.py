@@ -1,6 +1,8 @@
 """The `flbridge` command.
 
     flbridge demo [--steps N] [--batch N] [--device NAME]   train a small CNN on a chip, beside the CPU
+    flbridge demo --model gpt                                 the same with a small GPT (tied embedding)
+    flbridge demo --graph                                     inference eager and by FLGraph replay
     flbridge demo --nproc 2                                   the same under DDP on 2 processes (flccl)
     flbridge validate [--static] PATH...                      check specs (and load their runtimes)
     flbridge devices                                          list the fl devices, usable or not
@@ -125,6 +127,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="chip to run on: a spec name (xpu:<name>) or fl:<index>; default: the current fl "
                         "device, fl:0 (the first spec in discovery order)")
     d.add_argument("--batch", type=_positive, default=16, help="batch size (at least 1; default 16)")
+    d.add_argument("--model", choices=("cnn", "gpt"), default="cnn",
+                   help="what to train: cnn (SmallCNN, default) or gpt (TinyGPT, a small language model)")
+    d.add_argument("--graph", action="store_true",
+                   help="instead: a transformer's inference eager and by torch.fl.FLGraph replay, beside the CPU")
     d.add_argument("--nproc", type=_positive, default=1,
                    help="processes: above 1, DistributedDataParallel over that many ranks (flccl backend)")
     doc = sub.add_parser("doctor", help="check the setup: versions, spec folder, each spec, library, "
@@ -184,11 +190,14 @@ def _run(a) -> int:
     if a.cmd == "scaffold":
         from .scaffold import scaffold_command
         return scaffold_command(a.header, a.so, a.name, vendor=a.vendor, model=a.model, output=a.output)
+    if a.graph:
+        from .demo_graph import run_graph_demo
+        return run_graph_demo(device=a.device, batch=a.batch if a.batch != 16 else 8)
     if a.nproc > 1:
         from .distributed_demo import run_ddp_demo
         return run_ddp_demo(nproc=a.nproc, steps=a.steps, device=a.device, batch=a.batch)
     from .demo import run_demo
-    return run_demo(steps=a.steps, device=a.device, batch=a.batch)
+    return run_demo(steps=a.steps, device=a.device, batch=a.batch, model=a.model)
 
 
 def entry() -> int:

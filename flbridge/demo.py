@@ -1,5 +1,5 @@
-"""`flbridge demo`: train a small CNN on a chip beside the CPU and show what
-ran where and what crossed the bus."""
+"""`flbridge demo`: train a small CNN (or, with --model gpt, a small GPT) on
+a chip beside the CPU and show what ran where and what crossed the bus."""
 from __future__ import annotations
 
 import copy
@@ -44,7 +44,20 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def run_demo(steps: int = 8, device=None, batch: int = 16, out=print) -> int:
+def _workload(model: str, batch: int):
+    """(cpu model, loss of (model, inputs) -> scalar, inputs, title) for the demo."""
+    if model == "cnn":
+        torch.manual_seed(0)
+        x, y = synthetic_batch(batch)
+        return SmallCNN(), (lambda m, xx, yy: F.cross_entropy(m(xx), yy)), (x, y), \
+            "SmallCNN (conv, batch norm, pooling, linear), Adam"
+    from .demo_models import TinyGPT, token_batch
+    x, y = token_batch(batch, 24)
+    return TinyGPT(), (lambda m, xx, yy: m(xx, yy)[1]), (x, y), \
+        "TinyGPT (2 decoder blocks, tied embedding, 137k parameters, 24 tokens), Adam"
+
+
+def run_demo(steps: int = 8, device=None, batch: int = 16, out=print, model: str = "cnn") -> int:
     """Trains on `device` (a spec name or fl index; default the current fl
     device, fl:0) and on the CPU side by side."""
     import flbridge
@@ -53,6 +66,8 @@ def run_demo(steps: int = 8, device=None, batch: int = 16, out=print) -> int:
     for name, v in (("steps", steps), ("batch", batch)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"demo: {name} must be a whole number of at least 1, got {v!r}")
+    if model not in ("cnn", "gpt"):
+        raise ValueError(f"demo: model must be 'cnn' or 'gpt', got {model!r}")
 
     flbridge.init()
     if not flbridge.chips():
@@ -60,14 +75,12 @@ def run_demo(steps: int = 8, device=None, batch: int = 16, out=print) -> int:
         return 1
     chip = chip_for(device if device is not None else current_device())
     dev = chip.device
-    torch.manual_seed(0)
-    cpu_model = SmallCNN()
+    cpu_model, loss_of, (x, y), title = _workload(model, batch)
     fl_model = copy.deepcopy(cpu_model).to(dev)
     opt_c = torch.optim.Adam(cpu_model.parameters(), lr=1e-2)
     opt_f = torch.optim.Adam(fl_model.parameters(), lr=1e-2)
-    x, y = synthetic_batch(batch)
     s = chip.spec
-    out(f"flbridge demo: SmallCNN, {steps} Adam steps, batch {batch}, on {dev} = {s.device_type} "
+    out(f"flbridge demo: {title}, {steps} steps, batch {batch}, on {dev} = {s.device_type} "
         f"({s.vendor} {s.chip_model}) beside the CPU\n")
     out(f"{'step':>4}  {'cpu loss':>10}  {'fl loss':>10}  {'|diff|':>9}")
     flbridge.reset_stats(dev)
@@ -76,9 +89,9 @@ def run_demo(steps: int = 8, device=None, batch: int = 16, out=print) -> int:
         warnings.simplefilter("ignore", flbridge.FallbackWarning)  # the table below says it all
         for step in range(1, steps + 1):
             losses = []
-            for model, opt, xx, yy in ((cpu_model, opt_c, x, y), (fl_model, opt_f, x.to(dev), y.to(dev))):
+            for m, opt, xx, yy in ((cpu_model, opt_c, x, y), (fl_model, opt_f, x.to(dev), y.to(dev))):
                 opt.zero_grad()
-                loss = F.cross_entropy(model(xx), yy)
+                loss = loss_of(m, xx, yy)
                 loss.backward()
                 opt.step()
                 losses.append(loss.item())
@@ -93,9 +106,10 @@ def run_demo(steps: int = 8, device=None, batch: int = 16, out=print) -> int:
     out(f"  {'op':46s} {'route':16s} {'calls':>6}  detail")
     for r in sorted(st["routes"], key=lambda r: (r["route"] != "native", -r["calls"], r["op"])):
         out(f"  {r['op']:46s} {r['route']:16s} {r['calls']:>6}  {r['detail']}")
-    out(f"\n  native ops {st['native_ops']}; fallbacks {st['fallback_ops']} "
-        f"(vendor {st['vendor_fallback_ops']}, decomposed {st['decomposed_ops']}, "
-        f"cpu {st['cpu_fallback_ops']}); vendor errors recovered {st['vendor_errors']}")
+    total = st["native_ops"] + st["fallback_ops"]
+    out(f"\n  native ops {st['native_ops']} of {total} ({100 * st['native_ops'] / max(total, 1):.1f}%); "
+        f"fallbacks {st['fallback_ops']} (vendor {st['vendor_fallback_ops']}, decomposed "
+        f"{st['decomposed_ops']}, cpu {st['cpu_fallback_ops']}); vendor errors recovered {st['vendor_errors']}")
     out("\nBytes moved:")
     out(f"  host -> device  {_fmt_bytes(st['h2d_bytes']):>10} in {st['h2d_calls']} calls")
     out(f"  mapped (zero-copy) {_fmt_bytes(st['mapped_bytes']):>7} in {st['map_calls']} mappings")

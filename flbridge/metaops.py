@@ -119,6 +119,7 @@ def inplace_view(func, args, kwargs):
     d = args[0].__dict__
     d.pop("_dd", None)
     d.pop("_k", None)
+    d.pop("_hv", None)
     with torch.utils._mode_utils.no_dispatch():
         prev = torch._C._meta_in_tls_dispatch_include()
         torch._C._set_meta_in_tls_dispatch_include(True)

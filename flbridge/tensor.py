@@ -85,7 +85,7 @@ class XPUTensor(torch.Tensor):
         if self.grad is not None:
             new.grad = copy.deepcopy(self.grad, memo)
         for k, v in self.__dict__.items():
-            if k not in ("_st", "_d", "_dd", "_k"):
+            if k not in ("_st", "_d", "_dd", "_k", "_hv"):
                 setattr(new, k, copy.deepcopy(v, memo))
         memo[id(self)] = new
         return new
@@ -116,12 +116,21 @@ def _itemsize(dtype: torch.dtype) -> int:
 
 
 def host_view(t: XPUTensor) -> torch.Tensor:
-    """A CPU tensor aliasing t's host bytes (made current first)."""
+    """A CPU tensor aliasing t's host bytes (made current first).  Kept on t
+    while t's geometry and host buffer stay the same (set_geometry() drops
+    it): the CPU fallback asks for it on every call."""
     st = t._st
-    st.ensure_host()
+    if not st.host_valid:
+        st.ensure_host()
+    d = t.__dict__
+    hv = d.get("_hv")
+    if hv is not None and hv[0] is st.host:
+        return hv[1]
     if not st.nbytes:
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
-    return st.host_flat(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
+    v = st.host_flat(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
+    d["_hv"] = (st.host, v)
+    return v
 
 
 def host_copy(t: XPUTensor) -> torch.Tensor:
@@ -141,6 +150,7 @@ def set_geometry(t: XPUTensor, shape, strides, offset) -> None:
     wrapper's metadata, run with the meta kernel)."""
     t.__dict__.pop("_dd", None)
     t.__dict__.pop("_k", None)
+    t.__dict__.pop("_hv", None)
     src = torch.Tensor._make_wrapper_subclass(XPUTensor, shape, strides=strides, storage_offset=offset,
                                               dtype=t.dtype, device=t.device)
     with torch.utils._mode_utils.no_dispatch():

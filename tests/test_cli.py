@@ -24,6 +24,24 @@ def test_demo_prints_losses_routes_and_bytes(flchips):
     assert "largest parameter difference after training" in text
 
 
+def test_demo_trains_the_small_gpt_fully_on_th1(flchips):
+    lines = []
+    assert run_demo(steps=2, device="xpu:th1", batch=2, out=lines.append, model="gpt") == 0
+    text = "\n".join(lines)
+    assert "TinyGPT" in text and "on fl:0 = xpu:th1" in text
+    assert "(100.0%); fallbacks 0" in text                      # every op on the chip, padding included
+    assert "th1Cat" in text and "th1Matmul" in text
+
+
+def test_graph_demo_replays_bit_identically(flchips):
+    from flbridge.demo_graph import run_graph_demo
+    lines = []
+    assert run_graph_demo(device="xpu:th1", batch=2, rounds=3, out=lines.append) == 0
+    text = "\n".join(lines)
+    assert "replay bit-identical to eager: True" in text and "follows a new input: True" in text
+    assert "fl replay" in text and "CPU (torch)" in text
+
+
 def test_demo_and_devices_from_the_shell():
     env = dict(os.environ)
     r = subprocess.run([sys.executable, "-m", "flbridge.cli", "demo", "--device", "xpu:th1", "--steps", "2",

@@ -29,6 +29,8 @@ SLOW_SAMPLES = {("nn.functional.nll_loss", "xpu:th1"), ("nn.functional.nll_loss"
                 ("nn.functional.cross_entropy", "xpu:th1"), ("nn.functional.cross_entropy", "xpu:x1")}
 # max_pool2d has hundreds of samples: 23-49 s of CPU per chip (the demo CNN keeps it in the default suite)
 SLOW_SAMPLES |= {("nn.functional.max_pool2d", chip) for chip in ("xpu:th1", "xpu:x1", "xpu:x1-v2")}
+# bmm's large-input variant (1-3.5 s of CPU per chip; plain bmm stays in the default suite)
+SLOW_SAMPLES |= {("bmm.triton_optimized", chip) for chip in ("xpu:th1", "xpu:x1", "xpu:x1-v2")}
 SLOW_GRADS = {("nn.functional.conv2d", "xpu:th1"), ("nn.functional.conv2d", "xpu:x1"),
               ("nn.functional.conv2d", "xpu:x1-v2"), ("nn.functional.nll_loss", "xpu:th1"),
               ("nn.functional.nll_loss", "xpu:x1"), ("nn.functional.cross_entropy", "xpu:th1"),
@@ -58,7 +60,8 @@ def cases(names, slow):
     out = [(case, chip) for case in sorted(BY_NAME) if case[0] in names for chip in sorted(CHIP_DTYPES)
            if dtypes(BY_NAME[case], chip)]
     return [pytest.param(case, chip, id=f"{case[0]}.{case[1]}-{chip}" if case[1] else f"{case[0]}-{chip}",
-                         marks=[pytest.mark.slow] if (case[0], chip) in slow else []) for case, chip in out]
+                         marks=[pytest.mark.slow] if (case[0], chip) in slow or (".".join(case), chip) in slow else [])
+            for case, chip in out]
 
 
 def to_dev(x, dev):

@@ -22,6 +22,7 @@ def test_the_guide_has_the_steps_it_promises():
     text = " ".join(code for _, code in blocks())
     assert kinds.count("python") >= 2 and kinds.count("sh") >= 4
     for step in ("flbridge scaffold", "flbridge validate --static", "flbridge validate specs", "flbridge doctor",
+                 "flbridge coverage",
                  "op_db", "extends: ../scaffold/acme.yaml"):
         assert step in text, step
 
