@@ -91,8 +91,20 @@ def _stale(target: Path, inputs: list[Path]) -> bool:
 
 
 def build(out: Path = DEFAULT_OUT, force: bool = False, verbose: bool = False) -> dict[str, Path]:
-    """Compiles every library into `out`; returns {name: path}."""
+    """Compiles every library into `out`; returns {name: path}.  Processes
+    building at the same time (parallel test workers) take turns: the
+    first compiles, the others find the libraries fresh."""
     out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".build.lock", "w") as lock:
+        try:
+            import fcntl
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except ImportError:  # not POSIX: no concurrent builds there
+            pass
+        return _build_locked(out, force, verbose)
+
+
+def _build_locked(out: Path, force: bool, verbose: bool) -> dict[str, Path]:
     cc = compiler()
     flags = None
     built = {}
@@ -107,7 +119,7 @@ def build(out: Path = DEFAULT_OUT, force: bool = False, verbose: bool = False) -
                    [str(HERE / s) for s in CORE + srcs] + ["-o", str(target), "-lm"])
             if verbose:
                 print(" ".join(cmd))
-            tmp = target.with_suffix(".so.tmp")
+            tmp = target.with_suffix(f".so.{os.getpid()}.tmp")
             cmd[cmd.index(str(target))] = str(tmp)
             _run(cmd)
             os.replace(tmp, target)  # atomic: a running process never sees half a file

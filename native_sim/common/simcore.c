@@ -713,73 +713,11 @@ sim_status sim_make_view(sim_view *v, uint64_t addr, int ndim, const int64_t *sh
 
 /* ----------------------------------------------------------- conversion */
 
-float sim_h2f(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, f;
-    if (exp == 0) {
-        if (mant == 0) {
-            f = sign;
-        } else {
-            exp = 113;
-            while (!(mant & 0x400u)) {
-                mant <<= 1;
-                exp--;
-            }
-            f = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
-        }
-    } else if (exp == 31) {
-        f = sign | 0x7f800000u | (mant << 13);
-    } else {
-        f = sign | ((exp + 112) << 23) | (mant << 13);
-    }
-    float r;
-    memcpy(&r, &f, 4);
-    return r;
-}
-
-/* Round to nearest even, as PyTorch does (after F. Giesen's float_to_half_fast3_rtne). */
-uint16_t sim_f2h(float x) {
-    const uint32_t f32infty = 255u << 23, f16max = (127u + 16u) << 23;
-    const uint32_t denorm_magic_u = ((127u - 15u) + (23u - 10u) + 1u) << 23;
-    uint32_t f;
-    memcpy(&f, &x, 4);
-    uint32_t sign = f & 0x80000000u;
-    f ^= sign;
-    uint16_t o;
-    if (f >= f16max) {
-        o = (f > f32infty) ? 0x7e00 : 0x7c00;
-    } else if (f < (113u << 23)) {
-        float ff, dm;
-        memcpy(&ff, &f, 4);
-        memcpy(&dm, &denorm_magic_u, 4);
-        volatile float sum = ff + dm; /* the FPU does the rounding */
-        float s = sum;
-        uint32_t r;
-        memcpy(&r, &s, 4);
-        o = (uint16_t)(r - denorm_magic_u);
-    } else {
-        uint32_t mant_odd = (f >> 13) & 1u;
-        f += ((uint32_t)(15 - 127) << 23) + 0xfffu;
-        f += mant_odd;
-        o = (uint16_t)(f >> 13);
-    }
-    return (uint16_t)(o | (sign >> 16));
-}
-
-float sim_bf2f(uint16_t b) {
-    uint32_t f = (uint32_t)b << 16;
-    float r;
-    memcpy(&r, &f, 4);
-    return r;
-}
-
-uint16_t sim_f2bf(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
+/* The arithmetic lives in simcore.h (inline, so kernels' loops vectorize). */
+float sim_h2f(uint16_t h) { return sim_h2f_inline(h); }
+uint16_t sim_f2h(float x) { return sim_f2h_inline(x); }
+float sim_bf2f(uint16_t b) { return sim_bf2f_inline(b); }
+uint16_t sim_f2bf(float x) { return sim_f2bf_inline(x); }
 
 double sim_load(const char *p, sim_dtype dt) {
     switch (dt) {
@@ -809,4 +747,59 @@ void sim_store(char *p, sim_dtype dt, double v) {
         case SIM_I64: { int64_t i = (int64_t)v; memcpy(p, &i, 8); break; }
         default: break;
     }
+}
+
+/* ----------------------------------------------------------- iteration */
+
+int sim_iter_init(sim_iter *it, int ndim, const int64_t *shape, int nop, char *const *base,
+                  const int64_t *const *strides, const int64_t *es) {
+    it->nop = nop;
+    for (int d = 0; d < ndim; d++)
+        if (shape[d] == 0) return 0;
+    /* innermost first: drop size-1 dims, merge a dim into the one inside it
+     * when every operand steps over it by exactly that dim's extent */
+    int64_t sh[SIM_MAX_DIMS], st[SIM_ITER_MAX_OPS][SIM_MAX_DIMS];
+    int nd = 0;
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (shape[d] == 1) continue;
+        int merge = nd > 0;
+        for (int k = 0; merge && k < nop; k++)
+            merge = strides[k][d] == st[k][nd - 1] * sh[nd - 1];
+        if (merge) {
+            sh[nd - 1] *= shape[d];
+            continue;
+        }
+        sh[nd] = shape[d];
+        for (int k = 0; k < nop; k++) st[k][nd] = strides[k][d];
+        nd++;
+    }
+    if (nd == 0) { /* one element */
+        sh[0] = 1;
+        for (int k = 0; k < nop; k++) st[k][0] = 0;
+        nd = 1;
+    }
+    it->nd = nd;
+    for (int d = 0; d < nd; d++) {
+        it->shape[d] = sh[nd - 1 - d];
+        it->idx[d] = 0;
+        for (int k = 0; k < nop; k++) it->bstride[k][d] = st[k][nd - 1 - d] * es[k];
+    }
+    it->n = it->shape[nd - 1];
+    for (int k = 0; k < nop; k++) {
+        it->p[k] = base[k];
+        it->s[k] = st[k][0];
+    }
+    return 1;
+}
+
+int sim_iter_views(sim_iter *it, int nop, const sim_view *const *v) {
+    char *base[SIM_ITER_MAX_OPS];
+    const int64_t *strides[SIM_ITER_MAX_OPS];
+    int64_t es[SIM_ITER_MAX_OPS];
+    for (int k = 0; k < nop; k++) {
+        base[k] = v[k]->base;
+        strides[k] = v[k]->strides;
+        es[k] = (int64_t)sim_dtype_size(v[k]->dtype);
+    }
+    return sim_iter_init(it, v[0]->ndim, v[0]->shape, nop, base, strides, es);
 }

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define SIM_HIDDEN __attribute__((visibility("hidden")))
 #define SIM_MAX_DIMS 8
@@ -113,6 +114,85 @@ SIM_HIDDEN float sim_bf2f(uint16_t b);
 SIM_HIDDEN uint16_t sim_f2bf(float f);
 SIM_HIDDEN double sim_load(const char *p, sim_dtype dt);
 SIM_HIDDEN void sim_store(char *p, sim_dtype dt, double v);
+
+/* The same conversions inline and branch-free, so that loops over them
+ * vectorize; bit-identical to the functions above for every input. */
+static inline uint32_t sim_fbits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float sim_bitsf(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline float sim_h2f_inline(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu, exp = em >> 10;
+    uint32_t normal = (em << 13) + (112u << 23);  /* rebias 15 -> 127 */
+    uint32_t special = (em << 13) + (224u << 23); /* inf / NaN keep their payload */
+    uint32_t sub = sim_fbits((float)em * 5.9604644775390625e-8f); /* mantissa * 2^-24, exact */
+    return sim_bitsf((exp == 0 ? sub : exp == 31 ? special : normal) | sign);
+}
+/* round to nearest even (F. Giesen's float_to_half_fast3_rtne, every case computed, one selected) */
+static inline uint16_t sim_f2h_inline(float x) {
+    const uint32_t denorm_magic = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+    uint32_t f = sim_fbits(x), sign = f & 0x80000000u;
+    f ^= sign;
+    uint32_t big = f > 0x7f800000u ? 0x7e00u : 0x7c00u; /* NaN, or inf / overflow */
+    uint32_t tiny = sim_fbits(sim_bitsf(f) + sim_bitsf(denorm_magic)) - denorm_magic;
+    uint32_t normal = (f + 0xc8000fffu + ((f >> 13) & 1u)) >> 13; /* rebias, round half to even */
+    uint32_t o = f >= (143u << 23) ? big : f < (113u << 23) ? tiny : normal;
+    return (uint16_t)(o | (sign >> 16));
+}
+static inline float sim_bf2f_inline(uint16_t b) { return sim_bitsf((uint32_t)b << 16); }
+static inline uint16_t sim_f2bf_inline(float x) {
+    uint32_t u = sim_fbits(x);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r); /* quiet NaN */
+}
+
+/* ---- element loops ----
+ * sim_iter walks several views of one shape row by row: size-1 dims are
+ * dropped and neighbouring dims that are contiguous in every view merged, so
+ * dense views are one long row; the multi-index arithmetic happens once per
+ * row, incrementally (no division per element).  Rows come in row-major
+ * order of the shape.  Use:
+ *
+ *     sim_iter it;
+ *     if (sim_iter_views(&it, 2, (const sim_view *[]){out, in}))
+ *         do { ... it.p[k] (row start), it.s[k] (element stride), it.n ... }
+ *         while (sim_iter_next(&it));
+ */
+#define SIM_ITER_MAX_OPS 6
+typedef struct {
+    int nop, nd;                                   /* operands, collapsed dims (>= 1) */
+    int64_t n;                                     /* row length */
+    char *p[SIM_ITER_MAX_OPS];                     /* start of the current row */
+    int64_t s[SIM_ITER_MAX_OPS];                   /* stride along the row, in elements */
+    int64_t shape[SIM_MAX_DIMS];
+    int64_t bstride[SIM_ITER_MAX_OPS][SIM_MAX_DIMS]; /* in bytes */
+    int64_t idx[SIM_MAX_DIMS];
+} sim_iter;
+
+/* Operand k: base[k], strides[k] (elements of es[k] bytes) over `shape`.
+ * Returns 0 if the shape is empty (no row to visit). */
+SIM_HIDDEN int sim_iter_init(sim_iter *it, int ndim, const int64_t *shape, int nop, char *const *base,
+                             const int64_t *const *strides, const int64_t *es);
+/* The views share v[0]'s shape. */
+SIM_HIDDEN int sim_iter_views(sim_iter *it, int nop, const sim_view *const *v);
+
+static inline int sim_iter_next(sim_iter *it) {
+    for (int d = it->nd - 2; d >= 0; d--) {
+        if (++it->idx[d] < it->shape[d]) {
+            for (int k = 0; k < it->nop; k++) it->p[k] += it->bstride[k][d];
+            return 1;
+        }
+        it->idx[d] = 0;
+        for (int k = 0; k < it->nop; k++) it->p[k] -= it->bstride[k][d] * (it->shape[d] - 1);
+    }
+    return 0;
+}
 
 /* Dense float copies of views (row-major in the view's own shape) and back. */
 SIM_HIDDEN float *sim_gather(const sim_view *v); /* malloc'd; NULL on OOM */

@@ -1,12 +1,29 @@
 /*
  * simkernels.c: the arithmetic of the simulated chips.
  *
- * Inputs are read through their strides into dense float buffers, computed in
- * float (half and bfloat16 are "compute in float, store narrow", as the chips
- * claim), and written back through the output's strides with round-to-nearest-
- * even.  That keeps every kernel correct for any layout the descriptor can
+ * Kernels read their operands in place through the views' strides, one row
+ * (see sim_iter in simcore.h) and at most BLK elements at a time: a float32
+ * run with unit stride is used where it lies, anything else (strided,
+ * broadcast, float16/bfloat16, bool) is converted into a small float (or
+ * int64) buffer on the stack first.  Everything is computed in float (half
+ * and bfloat16 are "compute in float, store narrow", as the chips claim) and
+ * written back through the output's strides with round-to-nearest-even.  The
+ * operation is chosen once per block, never per element, so the loops
+ * vectorize; exp, erf and tanh are evaluated in double with vector
+ * instructions (correctly rounded to float but for rare near-ties).  That
+ * keeps every kernel correct and fast for any layout the descriptor can
  * express; layout *requirements* (NHWC, contiguity) are enforced by callers.
+ *
+ * Aliasing: an input that shares memory with an output in any way other than
+ * element for element (the same view: an in-place op) is copied aside first,
+ * so results are always those of reading every input before writing.
  */
+#if defined(__GNUC__) && !defined(__clang__)
+/* Lets GCC turn a select after float arithmetic into a blend, so such loops
+ * vectorize (floating-point exception flags are never read); it changes no
+ * result. */
+#pragma GCC optimize("no-trapping-math")
+#endif
 #include "simkernels.h"
 #include "simblas.h"
 
@@ -14,47 +31,342 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE__)
+#include <immintrin.h>
+#endif
 
-/* ------------------------------------------------------------ iteration */
+#define BLK 512 /* elements per block: a few such buffers stay in L1 */
 
-typedef void (*row_fn)(void *ctx, char *p, int64_t n, int64_t stride, int64_t lin);
+static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* Calls fn once per innermost row of v, in row-major order. */
-static void for_rows(const sim_view *v, row_fn fn, void *ctx) {
-    int64_t n = sim_numel(v);
-    if (n == 0) return;
-    if (v->ndim == 0) {
-        fn(ctx, v->base, 1, 0, 0);
-        return;
-    }
-    int nd = v->ndim;
-    int64_t inner = v->shape[nd - 1], istride = v->strides[nd - 1];
-    int64_t idx[SIM_MAX_DIMS] = {0};
-    size_t es = sim_dtype_size(v->dtype);
-    int64_t rows = n / inner;
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t off = 0;
-        for (int d = 0; d < nd - 1; d++) off += idx[d] * v->strides[d];
-        fn(ctx, v->base + off * (int64_t)es, inner, istride, r * inner);
-        for (int d = nd - 2; d >= 0; d--) {
-            if (++idx[d] < v->shape[d]) break;
-            idx[d] = 0;
-        }
-    }
+/* Allocation failures inside a kernel are device OOM in spirit; the host has
+ * plenty here, so they are treated as fatal bugs of the simulator itself. */
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) abort();
+    return p;
 }
 
-static void gather_row(void *ctx, char *p, int64_t n, int64_t s, int64_t lin);
-static void scatter_row(void *ctx, char *p, int64_t n, int64_t s, int64_t lin);
+static float *alloc_f(int64_t n) {
+    float *b = calloc((size_t)(n > 0 ? n : 1), sizeof(float));
+    if (!b) abort();
+    return b;
+}
 
-typedef struct {
-    float *buf;
-    sim_dtype dt;
-} gs_ctx;
+static double *alloc_d(int64_t n) {
+    double *b = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    if (!b) abort();
+    return b;
+}
 
-static void gather_row(void *vctx, char *p, int64_t n, int64_t s, int64_t lin) {
-    gs_ctx *c = vctx;
-    float *dst = c->buf + lin;
-    switch (c->dt) {
+/* exp, erf and tanh are computed in double and rounded once to float, with
+ * AVX-512 or AVX2+FMA instructions where the compiler targets them (below),
+ * else in plain C.  exp: 2^n * p(r), r = x - n ln2 (|r| <= ln2/2), p the
+ * Taylor polynomial of degree 11 (relative error below 1e-14), so it is
+ * correctly rounded but within 1e-14 of a rounding boundary; glibc's expf
+ * (within 0.502 ulp) misrounds about one input in 12,000. */
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+/* fused multiply-adds, ln2 in two parts, 8 lanes at a time */
+#define VEXP_N 8
+typedef __m512d vd;
+typedef __m256 vf;
+#define vd_set1 _mm512_set1_pd
+#define vd_fma _mm512_fmadd_pd
+#define vd_fnma _mm512_fnmadd_pd
+#define vd_max _mm512_max_pd
+#define vd_min _mm512_min_pd
+#define vd_sub _mm512_sub_pd
+#define vd_mul _mm512_mul_pd
+#define vf_load _mm256_loadu_ps
+#define vf_store _mm256_storeu_ps
+static inline vd vd_pow2(vd tm) { /* 2^n from the integer n in tm's low bits */
+    return _mm512_castsi512_pd(
+        _mm512_slli_epi64(_mm512_add_epi64(_mm512_castpd_si512(tm), _mm512_set1_epi64(1023)), 52));
+}
+static inline vd vf_widen(vf x) { return _mm512_cvtps_pd(x); }
+static inline vf vd_narrow(vd x) { return _mm512_cvtpd_ps(x); }
+static inline vf vf_nan_from(vf r, vf x) { /* NaN inputs give themselves, quieted */
+    return _mm256_mask_add_ps(r, _mm256_cmp_ps_mask(x, x, _CMP_UNORD_Q), x, x);
+}
+#define vd_add _mm512_add_pd
+#define vd_div _mm512_div_pd
+static inline vd vd_abs(vd x) {
+    return _mm512_castsi512_pd(_mm512_and_si512(_mm512_castpd_si512(x), _mm512_set1_epi64(INT64_MAX)));
+}
+static inline vd vd_copysign(vd mag, vd sgn) { /* mag >= 0 */
+    return _mm512_castsi512_pd(_mm512_or_si512(_mm512_castpd_si512(mag),
+        _mm512_and_si512(_mm512_castpd_si512(sgn), _mm512_set1_epi64(INT64_MIN))));
+}
+static inline vd vd_select_lt(vd a, vd b, vd x, vd y) { /* a < b ? x : y */
+    return _mm512_mask_blend_pd(_mm512_cmp_pd_mask(a, b, _CMP_LT_OQ), y, x);
+}
+/* t-th coefficients of the 16 intervals, for each lane's interval k (0..15) */
+typedef __m512i vk;
+static inline vk vk_interval(vd a4) { /* floor(a4) for 0 <= a4, at most 15 */
+    return _mm512_cvtepi32_epi64(_mm256_min_epi32(_mm512_cvttpd_epi32(a4), _mm256_set1_epi32(15)));
+}
+static inline vd vd_lookup16(const double *row, vk k) {
+    return _mm512_permutex2var_pd(_mm512_loadu_pd(row), k, _mm512_loadu_pd(row + 8));
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+#define VEXP_N 4
+typedef __m256d vd;
+typedef __m128 vf;
+#define vd_set1 _mm256_set1_pd
+#define vd_fma _mm256_fmadd_pd
+#define vd_fnma _mm256_fnmadd_pd
+#define vd_max _mm256_max_pd
+#define vd_min _mm256_min_pd
+#define vd_sub _mm256_sub_pd
+#define vd_mul _mm256_mul_pd
+#define vf_load _mm_loadu_ps
+#define vf_store _mm_storeu_ps
+static inline vd vd_pow2(vd tm) {
+    return _mm256_castsi256_pd(
+        _mm256_slli_epi64(_mm256_add_epi64(_mm256_castpd_si256(tm), _mm256_set1_epi64x(1023)), 52));
+}
+static inline vd vf_widen(vf x) { return _mm256_cvtps_pd(x); }
+static inline vf vd_narrow(vd x) { return _mm256_cvtpd_ps(x); }
+static inline vf vf_nan_from(vf r, vf x) {
+    return _mm_blendv_ps(r, _mm_add_ps(x, x), _mm_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+#define vd_add _mm256_add_pd
+#define vd_div _mm256_div_pd
+static inline vd vd_abs(vd x) { return _mm256_andnot_pd(_mm256_set1_pd(-0.0), x); }
+static inline vd vd_copysign(vd mag, vd sgn) {
+    return _mm256_or_pd(mag, _mm256_and_pd(sgn, _mm256_set1_pd(-0.0)));
+}
+static inline vd vd_select_lt(vd a, vd b, vd x, vd y) {
+    return _mm256_blendv_pd(y, x, _mm256_cmp_pd(a, b, _CMP_LT_OQ));
+}
+typedef __m128i vk;
+static inline vk vk_interval(vd a4) { return _mm_min_epi32(_mm256_cvttpd_epi32(a4), _mm_set1_epi32(15)); }
+static inline vd vd_lookup16(const double *row, vk k) { return _mm256_i32gather_pd(row, k, 8); }
+#endif
+
+#ifdef VEXP_N
+/* e^x in double for x in [-110, 100] (the callers clamp) */
+static inline vd vd_exp(vd x) {
+    const vd shift = vd_set1(6755399441055744.0);
+    vd tm = vd_fma(x, vd_set1(1.4426950408889634074), shift);
+    vd n = vd_sub(tm, shift);
+    vd r = vd_fnma(n, vd_set1(0.693145751953125), x); /* ln2 = hi + lo, n * hi exact */
+    r = vd_fnma(n, vd_set1(1.42860682030941723212e-6), r);
+    /* the Taylor polynomial by Estrin's scheme: a short dependency chain, for short rows */
+    vd r2 = vd_mul(r, r), r4 = vd_mul(r2, r2), r8 = vd_mul(r4, r4);
+    vd p01 = vd_fma(r, vd_set1(1.0), vd_set1(1.0)), p23 = vd_fma(r, vd_set1(1.0 / 6), vd_set1(1.0 / 2));
+    vd p45 = vd_fma(r, vd_set1(1.0 / 120), vd_set1(1.0 / 24));
+    vd p67 = vd_fma(r, vd_set1(1.0 / 5040), vd_set1(1.0 / 720));
+    vd p89 = vd_fma(r, vd_set1(1.0 / 362880), vd_set1(1.0 / 40320));
+    vd pab = vd_fma(r, vd_set1(1.0 / 39916800), vd_set1(1.0 / 3628800));
+    vd p03 = vd_fma(r2, p23, p01), p47 = vd_fma(r2, p67, p45), p8b = vd_fma(r2, pab, p89);
+    vd p = vd_fma(r8, p8b, vd_fma(r4, p47, p03));
+    return vd_mul(p, vd_pow2(tm));
+}
+
+static inline vf vf_exp(vf xf) {
+    vd x = vd_min(vd_max(vf_widen(xf), vd_set1(-110.0)), vd_set1(100.0)); /* NaN: fixed below */
+    return vf_nan_from(vd_narrow(vd_exp(x)), xf);
+}
+
+/* erf in double: 16 intervals of width 1/4 over [0, 4), a polynomial of
+ * degree 11 in t = |x| - centre on each (Chebyshev interpolation of erf,
+ * computed in 120-bit arithmetic with mpmath, expanded in powers of t); the
+ * first interval, centred on 0, is erf's own Taylor series, so small
+ * arguments keep their relative accuracy.  Relative error below 1e-11;
+ * from |x| = 4 on erf is +-1 in float. */
+static const double ERF_CENTRE[16] = {0,     0.375, 0.625, 0.875, 1.125, 1.375, 1.625, 1.875,
+                                      2.125, 2.375, 2.625, 2.875, 3.125, 3.375, 3.625, 3.875};
+static const double ERF_C[12][16] = {
+    {0.0, 0.4041169094348221, 0.6232408821884178, 0.7840750610598595,
+     0.8883882317017074, 0.9481700727820901, 0.9784437332399832, 0.9919900576701196,
+     0.9973459706405174, 0.9992170617821086, 0.9997946242638585, 0.9999521451602558,
+     0.9999901032653745, 0.9999981847185722, 0.999999704859807, 0.9999999574860555},
+    {1.1283791670955126, 0.9803528095459128, 0.7634995357606089, 0.5247450452901515,
+     0.31827395850077383, 0.17035977368751962, 0.0804722590225158, 0.03354582842421967,
+     0.012340820614336234, 0.004006477861673712, 0.0011478751258884035, 0.00029022828286730126,
+     6.475868323690927e-05, 1.275174080466017e-05, 2.215920289500439e-06, 3.398223867616201e-07},
+    {0.0, -0.36763230357988924, -0.4771872098503981, -0.4591519146288919,
+     -0.358058203313604, -0.2342446888204518, -0.1307674209117833, -0.0628984282955471,
+     -0.026224243805625082, -0.009515384921586871, -0.003013172205599543, -0.0008344063134162772,
+     -0.00020237088522465603, -4.303712541502434e-05, -8.032711189173286e-06, -1.31681189345423e-06},
+    {-0.37612638903183754, -0.23487619395908577, -0.05567184115345893, 0.09292360176692713,
+     0.16245233297907968, 0.15793770685054437, 0.11484061963988808, 0.06744109255612361,
+     0.03303740518228849, 0.013730533500074563, 0.004890426309305203, 0.0015025359986722234,
+     0.00040001977977472726, 9.25829444280604e-05, 1.867373726273141e-05, 3.2884824022801602e-06},
+    {0.0, 0.16658338764361524, 0.17645985365841987, 0.11239656244917724,
+     0.027973297261625594, -0.030500610446397187, -0.04971886304391248, -0.0422598814214754,
+     -0.0263608283199601, -0.013133213487579839, -0.005414293705782916, -0.0018817599563352477,
+     -0.0005575738848130569, -0.00014188790907309064, -3.1168492990328645e-05, -5.932411035873287e-06},
+    {0.11283791670955126, 0.04547535217344428, -0.02741340946842314, -0.0672158761930296,
+     -0.06132368137215379, -0.030605973979115964, -0.0021349220601318965, 0.011462585424367969,
+     0.012495484227728783, 0.008357394911326754, 0.00421788385899982, 0.0017132663526411695,
+     0.0005769627972261685, 0.00016377680488422288, 3.95954884107781e-05, 8.211717429548664e-06},
+    {0.0, -0.05010667049113661, -0.04134483733425286, -0.010367789930858143,
+     0.015536810785968394, 0.022161219059029742, 0.014414757988608319, 0.004105168597910354,
+     -0.001821429690604417, -0.003114094989011874, -0.0022468552819142414, -0.0011400984771380899,
+     -0.00045232785168858856, -0.00014643064249700988, -3.955003238503344e-05, -9.042103421013323e-06},
+    {-0.026866170645131252, -0.0054592472778933615, 0.013909751702321223, 0.01859553301023642,
+     0.009606527115394697, -0.00141944047892951, -0.006184718964704661, -0.0049287346133811095,
+     -0.0018695257892564275, 0.00012292455629208445, 0.0006803462433068676, 0.0005280614439784973,
+     0.0002662629289247033, 0.00010171653916942372, 3.0996167540672856e-05, 7.5616746136466056e-06},
+    {0.0, 0.011249997449160847, 0.006686498263653325, -0.0018456863941117136,
+     -0.006029275555950063, -0.004259692245644022, -0.0005746502736888376, 0.001432024370154676,
+     0.0013847056788580097, 0.0005954462886717547, 3.6452975998266936e-05, -0.00013362809009449315,
+     -0.00011024002639202366, -5.310788375405e-05, -1.8342926478844623e-05, -4.089002594201631e-06},
+    {0.005223977625442188, 0.00014956060366662962, -0.003615208330901755, -0.0032429594201764727,
+     -0.00033380924851158936, 0.0016048795803213993, 0.001443275758417109, 0.00038665662050603233,
+     -0.00027067194607233364, -0.0003128063513128607, -0.0001161987263245016, 2.0124631082391117e-05,
+     4.130333185604002e-05, 5.453365475725824e-05, 4.6717136907312933e-05, 3.702168141814357e-05},
+    {0.0, -0.002031834636614376, -0.0007439451294799352, 0.0008791942633168772,
+     0.0010949468043271364, 0.00028588494580987034, -0.00040727553584973076, -0.00043269805030631377,
+     -0.0001608953827529855, 1.5913376778844474e-05, 2.1503907348272306e-05, -2.3203050189547672e-05,
+     -2.4925425287018604e-05, -5.333541787450161e-05, -5.377661630612566e-05, -5.234424985789087e-05},
+    {-0.0008548327023450853, -0.0005453776074150251, 0.00021262739797075678, 2.9484393191385627e-05,
+     -0.000860562398543881, -0.0010304348673052278, -0.0009626705466679607, -0.0005553012352127946,
+     -0.0003959918703507744, -0.0006050352531213584, -0.000929001959185816, -0.0009444754166978686,
+     -0.0004197669518403939, -0.0008483848238761772, -0.0009326780574116231, -0.0008594290605860439}
+};
+
+static inline vf vf_erf(vf xf) {
+    vd x = vf_widen(xf), a = vd_min(vd_abs(x), vd_set1(4.0));
+    vk k = vk_interval(vd_mul(a, vd_set1(4.0)));
+    vd kd = vd_lookup16(ERF_CENTRE, k), t = vd_sub(a, kd);
+    vd c[12];
+    for (int i = 0; i < 12; i++) c[i] = vd_lookup16(ERF_C[i], k);
+    vd t2 = vd_mul(t, t), t4 = vd_mul(t2, t2), t8 = vd_mul(t4, t4); /* Estrin's scheme */
+    vd q0 = vd_fma(t2, vd_fma(t, c[3], c[2]), vd_fma(t, c[1], c[0]));
+    vd q1 = vd_fma(t2, vd_fma(t, c[7], c[6]), vd_fma(t, c[5], c[4]));
+    vd q2 = vd_fma(t2, vd_fma(t, c[11], c[10]), vd_fma(t, c[9], c[8]));
+    vd p = vd_fma(t8, q2, vd_fma(t4, q1, q0));
+    p = vd_select_lt(a, vd_set1(4.0), p, vd_set1(1.0));
+    return vf_nan_from(vd_narrow(vd_copysign(p, x)), xf);
+}
+
+/* tanh in double from e^2|x|: (E - 1) / (E + 1), exact enough from |x| = 1e-4
+ * up (E - 1 keeps 12 digits), below that x - x^3/3; 1 from |x| = 20 on. */
+static inline vf vf_tanh(vf xf) {
+    vd x = vf_widen(xf), a = vd_min(vd_abs(x), vd_set1(20.0));
+    vd e = vd_exp(vd_add(a, a));
+    vd big = vd_div(vd_sub(e, vd_set1(1.0)), vd_add(e, vd_set1(1.0)));
+    vd small = vd_fnma(vd_mul(a, vd_mul(a, a)), vd_set1(1.0 / 3), a);
+    return vf_nan_from(vd_narrow(vd_copysign(vd_select_lt(a, vd_set1(1e-4), small, big), x)), xf);
+}
+
+/* o[i] = F(x[i]) for one of the vector functions above (o may be x) */
+#define VF_RUN(name, F)                                                                   \
+    static void name(float *o, const float *x, int64_t n) {                               \
+        int64_t i = 0;                                                                    \
+        for (; i + 2 * VEXP_N <= n; i += 2 * VEXP_N) { /* two chains in flight */         \
+            vf a = F(vf_load(x + i)), b = F(vf_load(x + i + VEXP_N));                     \
+            vf_store(o + i, a);                                                           \
+            vf_store(o + i + VEXP_N, b);                                                  \
+        }                                                                                 \
+        for (; i + VEXP_N <= n; i += VEXP_N) vf_store(o + i, F(vf_load(x + i)));          \
+        if (i < n) { /* the tail through the same arithmetic */                           \
+            float t[VEXP_N] = {0};                                                        \
+            memcpy(t, x + i, (size_t)(n - i) * sizeof(float));                            \
+            vf_store(t, F(vf_load(t)));                                                   \
+            memcpy(o + i, t, (size_t)(n - i) * sizeof(float));                            \
+        }                                                                                 \
+    }
+VF_RUN(exp_run, vf_exp)
+VF_RUN(erf_run, vf_erf)
+VF_RUN(tanh_run, vf_tanh)
+#else
+/* the exp above in plain C (GCC still vectorizes its loops) */
+static inline float sk_expf(float xf) {
+    double x = xf;
+    x = x < -110.0 ? -110.0 : x; /* e^-110 is 0 in float, e^100 inf; keeps 2^n normal */
+    x = x > 100.0 ? 100.0 : x;
+    const double shift = 6755399441055744.0; /* 1.5 * 2^52: adding it rounds to an integer */
+    double tm = x * 1.4426950408889634074 + shift;
+    double n = tm - shift;
+    uint64_t bits;
+    memcpy(&bits, &tm, 8);
+    bits = (bits + 1023u) << 52; /* n sits in the low bits: 2^n */
+    double scale;
+    memcpy(&scale, &bits, 8);
+    double r = x - n * 0.69314718055994530942;
+    double p = 1.0 + r * (1.0 + r * (1.0 / 2 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 +
+               r * (1.0 / 720 + r * (1.0 / 5040 + r * (1.0 / 40320 + r * (1.0 / 362880 +
+               r * (1.0 / 3628800 + r * (1.0 / 39916800)))))))))));
+    float res = (float)(p * scale), quiet = xf + xf; /* unconditional: a select, not a branch */
+    return xf != xf ? quiet : res;
+}
+
+static void exp_run(float *o, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) o[i] = sk_expf(x[i]);
+}
+static void erf_run(float *o, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) o[i] = erff(x[i]);
+}
+static void tanh_run(float *o, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) o[i] = tanhf(x[i]);
+}
+#endif
+
+/* not inlined: GCC cannot see that callers fill t before it is read, and warns */
+__attribute__((noinline)) static void exp_inplace(float *t, int64_t n) { exp_run(t, t, n); }
+__attribute__((noinline)) static void erf_inplace(float *t, int64_t n) { erf_run(t, t, n); }
+__attribute__((noinline)) static void tanh_inplace(float *t, int64_t n) { tanh_run(t, t, n); }
+
+/* o[i] = sqrtf(a[i]) (o may be a).  GCC will not vectorize sqrtf while it
+ * may set errno (even with no-math-errno per function); the square root is
+ * correctly rounded in IEEE arithmetic, so the vector instruction gives
+ * sqrtf's results exactly. */
+static void sqrt_run(float *o, const float *a, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(o + i, _mm512_sqrt_ps(_mm512_loadu_ps(a + i)));
+#elif defined(__AVX__)
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(o + i, _mm256_sqrt_ps(_mm256_loadu_ps(a + i)));
+#elif defined(__SSE__)
+    for (; i + 4 <= n; i += 4) _mm_storeu_ps(o + i, _mm_sqrt_ps(_mm_loadu_ps(a + i)));
+#endif
+    for (; i < n; i++) o[i] = sqrtf(a[i]);
+}
+
+/* float16 runs through the F16C conversion instructions, which round to
+ * nearest even like sim_f2h; only NaN differs (they keep payload bits, the
+ * simulator's conversions give PyTorch's canonical NaN), so a block holding
+ * a NaN is redone element by element. */
+static void h2f_run(float *restrict dst, const uint16_t *q, int64_t n) {
+    int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+    for (; i + 8 <= n; i += 8) {
+        __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(q + i)));
+        _mm256_storeu_ps(dst + i, f);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(f, f, _CMP_UNORD_Q)))
+            for (int k = 0; k < 8; k++) dst[i + k] = sim_h2f_inline(q[i + k]);
+    }
+#endif
+    for (; i < n; i++) dst[i] = sim_h2f_inline(q[i]);
+}
+
+static void f2h_run(uint16_t *restrict q, const float *src, int64_t n) {
+    int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+    for (; i + 8 <= n; i += 8) {
+        __m256 f = _mm256_loadu_ps(src + i);
+        _mm_storeu_si128((__m128i *)(q + i), _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        if (_mm256_movemask_ps(_mm256_cmp_ps(f, f, _CMP_UNORD_Q)))
+            for (int k = 0; k < 8; k++) q[i + k] = sim_f2h_inline(src[i + k]);
+    }
+#endif
+    for (; i < n; i++) q[i] = sim_f2h_inline(src[i]);
+}
+
+/* ------------------------------------------------------ loads and stores */
+
+/* dst[i] = element i (stride s elements) of dtype dt at p, as float */
+static void cvt_to_f(float *restrict dst, const char *p, sim_dtype dt, int64_t s, int64_t n) {
+    if (s == 0 && n > 1) { /* broadcast: one conversion */
+        cvt_to_f(dst, p, dt, 1, 1);
+        for (int64_t i = 1; i < n; i++) dst[i] = dst[0];
+        return;
+    }
+    switch (dt) {
         case SIM_F32: {
             const float *q = (const float *)p;
             if (s == 1) memcpy(dst, q, (size_t)n * 4);
@@ -63,25 +375,38 @@ static void gather_row(void *vctx, char *p, int64_t n, int64_t s, int64_t lin) {
         }
         case SIM_F16: {
             const uint16_t *q = (const uint16_t *)p;
-            for (int64_t i = 0; i < n; i++) dst[i] = sim_h2f(q[i * s]);
+            if (s == 1) h2f_run(dst, q, n);
+            else for (int64_t i = 0; i < n; i++) dst[i] = sim_h2f_inline(q[i * s]);
             break;
         }
         case SIM_BF16: {
             const uint16_t *q = (const uint16_t *)p;
-            for (int64_t i = 0; i < n; i++) dst[i] = sim_bf2f(q[i * s]);
+            if (s == 1) for (int64_t i = 0; i < n; i++) dst[i] = sim_bf2f_inline(q[i]);
+            else for (int64_t i = 0; i < n; i++) dst[i] = sim_bf2f_inline(q[i * s]);
+            break;
+        }
+        case SIM_BOOL: {
+            const uint8_t *q = (const uint8_t *)p;
+            for (int64_t i = 0; i < n; i++) dst[i] = q[i * s] ? 1.0f : 0.0f;
             break;
         }
         default: {
-            size_t es = sim_dtype_size(c->dt);
-            for (int64_t i = 0; i < n; i++) dst[i] = (float)sim_load(p + i * s * (int64_t)es, c->dt);
+            int64_t es = (int64_t)sim_dtype_size(dt);
+            for (int64_t i = 0; i < n; i++) dst[i] = (float)sim_load(p + i * s * es, dt);
         }
     }
 }
 
-static void scatter_row(void *vctx, char *p, int64_t n, int64_t s, int64_t lin) {
-    gs_ctx *c = vctx;
-    const float *src = c->buf + lin;
-    switch (c->dt) {
+/* A run as float: in place when it is dense float32, else converted into buf. */
+static inline const float *ld_f(float *buf, const char *p, sim_dtype dt, int64_t s, int64_t n) {
+    if (dt == SIM_F32 && s == 1) return (const float *)p;
+    cvt_to_f(buf, p, dt, s, n);
+    return buf;
+}
+
+/* element i (stride s) of dtype dt at p = src[i], rounded to nearest even */
+static void cvt_from_f(char *p, sim_dtype dt, int64_t s, const float *restrict src, int64_t n) {
+    switch (dt) {
         case SIM_F32: {
             float *q = (float *)p;
             if (s == 1) memcpy(q, src, (size_t)n * 4);
@@ -90,48 +415,416 @@ static void scatter_row(void *vctx, char *p, int64_t n, int64_t s, int64_t lin) 
         }
         case SIM_F16: {
             uint16_t *q = (uint16_t *)p;
-            for (int64_t i = 0; i < n; i++) q[i * s] = sim_f2h(src[i]);
+            if (s == 1) f2h_run(q, src, n);
+            else for (int64_t i = 0; i < n; i++) q[i * s] = sim_f2h_inline(src[i]);
             break;
         }
         case SIM_BF16: {
             uint16_t *q = (uint16_t *)p;
-            for (int64_t i = 0; i < n; i++) q[i * s] = sim_f2bf(src[i]);
+            if (s == 1) for (int64_t i = 0; i < n; i++) q[i] = sim_f2bf_inline(src[i]);
+            else for (int64_t i = 0; i < n; i++) q[i * s] = sim_f2bf_inline(src[i]);
+            break;
+        }
+        case SIM_BOOL: {
+            uint8_t *q = (uint8_t *)p;
+            for (int64_t i = 0; i < n; i++) q[i * s] = src[i] != 0;
             break;
         }
         default: {
-            size_t es = sim_dtype_size(c->dt);
-            for (int64_t i = 0; i < n; i++) sim_store(p + i * s * (int64_t)es, c->dt, src[i]);
+            int64_t es = (int64_t)sim_dtype_size(dt);
+            for (int64_t i = 0; i < n; i++) sim_store(p + i * s * es, dt, src[i]);
         }
     }
+}
+
+/* Integers exactly (float dtypes never go here): int64, wrapping on store like C unsigned. */
+static void cvt_to_i(int64_t *restrict dst, const char *p, sim_dtype dt, int64_t s, int64_t n) {
+    switch (dt) {
+        case SIM_I64: {
+            const int64_t *q = (const int64_t *)p;
+            if (s == 1) memcpy(dst, q, (size_t)n * 8);
+            else for (int64_t i = 0; i < n; i++) dst[i] = q[i * s];
+            break;
+        }
+        case SIM_I32: {
+            const int32_t *q = (const int32_t *)p;
+            for (int64_t i = 0; i < n; i++) dst[i] = q[i * s];
+            break;
+        }
+        case SIM_I8: {
+            const int8_t *q = (const int8_t *)p;
+            for (int64_t i = 0; i < n; i++) dst[i] = q[i * s];
+            break;
+        }
+        case SIM_U8: {
+            const uint8_t *q = (const uint8_t *)p;
+            for (int64_t i = 0; i < n; i++) dst[i] = q[i * s];
+            break;
+        }
+        case SIM_BOOL: {
+            const uint8_t *q = (const uint8_t *)p;
+            for (int64_t i = 0; i < n; i++) dst[i] = q[i * s] != 0;
+            break;
+        }
+        default:
+            memset(dst, 0, (size_t)n * 8);
+    }
+}
+
+static inline const int64_t *ld_i(int64_t *buf, const char *p, sim_dtype dt, int64_t s, int64_t n) {
+    if (dt == SIM_I64 && s == 1) return (const int64_t *)p;
+    cvt_to_i(buf, p, dt, s, n);
+    return buf;
+}
+
+static void cvt_from_i(char *p, sim_dtype dt, int64_t s, const int64_t *restrict src, int64_t n) {
+    switch (dt) {
+        case SIM_I64: {
+            int64_t *q = (int64_t *)p;
+            if (s == 1) memcpy(q, src, (size_t)n * 8);
+            else for (int64_t i = 0; i < n; i++) q[i * s] = src[i];
+            break;
+        }
+        case SIM_I32: {
+            int32_t *q = (int32_t *)p;
+            for (int64_t i = 0; i < n; i++) q[i * s] = (int32_t)(uint32_t)(uint64_t)src[i];
+            break;
+        }
+        case SIM_I8: {
+            int8_t *q = (int8_t *)p;
+            for (int64_t i = 0; i < n; i++) q[i * s] = (int8_t)(uint8_t)(uint64_t)src[i];
+            break;
+        }
+        case SIM_U8: {
+            uint8_t *q = (uint8_t *)p;
+            for (int64_t i = 0; i < n; i++) q[i * s] = (uint8_t)(uint64_t)src[i];
+            break;
+        }
+        case SIM_BOOL: {
+            uint8_t *q = (uint8_t *)p;
+            for (int64_t i = 0; i < n; i++) q[i * s] = src[i] != 0;
+            break;
+        }
+        default:
+            break;
+    }
+}
+
+/* Between integer and floating dtypes, through double exactly as sim_load and
+ * sim_store convert (int64 to float rounds twice, as it always has). */
+static void cvt_to_d(double *restrict dst, const char *p, sim_dtype dt, int64_t s, int64_t n) {
+    switch (dt) {
+        case SIM_F64: {
+            const double *q = (const double *)p;
+            for (int64_t i = 0; i < n; i++) dst[i] = q[i * s];
+            break;
+        }
+        case SIM_F32: case SIM_F16: case SIM_BF16: {
+            float f[BLK];
+            for (int64_t j = 0; j < n; j += BLK) {
+                int64_t m = imin(BLK, n - j);
+                cvt_to_f(f, p + j * s * (int64_t)sim_dtype_size(dt), dt, s, m);
+                for (int64_t i = 0; i < m; i++) dst[j + i] = f[i];
+            }
+            break;
+        }
+        default: {
+            int64_t v[BLK];
+            for (int64_t j = 0; j < n; j += BLK) {
+                int64_t m = imin(BLK, n - j);
+                cvt_to_i(v, p + j * s * (int64_t)sim_dtype_size(dt), dt, s, m);
+                for (int64_t i = 0; i < m; i++) dst[j + i] = (double)v[i];
+            }
+        }
+    }
+}
+
+static void cvt_from_d(char *p, sim_dtype dt, int64_t s, const double *restrict src, int64_t n) {
+    int64_t es = (int64_t)sim_dtype_size(dt);
+    switch (dt) {
+        case SIM_F64: {
+            double *q = (double *)p;
+            for (int64_t i = 0; i < n; i++) q[i * s] = src[i];
+            break;
+        }
+        case SIM_F32: case SIM_F16: case SIM_BF16: {
+            float f[BLK];
+            for (int64_t j = 0; j < n; j += BLK) {
+                int64_t m = imin(BLK, n - j);
+                for (int64_t i = 0; i < m; i++) f[i] = (float)src[j + i];
+                cvt_from_f(p + j * s * es, dt, s, f, m);
+            }
+            break;
+        }
+        case SIM_BOOL: {
+            uint8_t *q = (uint8_t *)p;
+            for (int64_t i = 0; i < n; i++) q[i * s] = src[i] != 0;
+            break;
+        }
+        default: {
+            int64_t v[BLK];
+            for (int64_t j = 0; j < n; j += BLK) {
+                int64_t m = imin(BLK, n - j);
+                for (int64_t i = 0; i < m; i++) v[i] = (int64_t)src[j + i];
+                cvt_from_i(p + j * s * es, dt, s, v, m);
+            }
+        }
+    }
+}
+
+/* -------------------------------------------------------- whole views */
+
+/* A dense row-major view of `like`'s shape over buf. */
+static sim_view dense_over(void *buf, const sim_view *like, sim_dtype dt) {
+    sim_view d = *like;
+    d.base = buf;
+    d.dtype = dt;
+    d.present = 1;
+    int64_t s = 1;
+    for (int i = like->ndim - 1; i >= 0; i--) {
+        d.strides[i] = s;
+        s *= like->shape[i];
+    }
+    return d;
+}
+
+static void copy_any(const sim_view *src, const sim_view *dst);
+
+/* the elements of v in row-major order */
+static void gather_into(float *dst, const sim_view *v) {
+    sim_view d = dense_over(dst, v, SIM_F32);
+    copy_any(v, &d);
+}
+
+static void scatter_from(const float *src, const sim_view *v) {
+    sim_view s = dense_over((void *)src, v, SIM_F32);
+    copy_any(&s, v);
 }
 
 float *sim_gather(const sim_view *v) {
     int64_t n = sim_numel(v);
     float *buf = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
     if (!buf) return NULL;
-    gs_ctx c = {buf, v->dtype};
-    for_rows(v, gather_row, &c);
+    gather_into(buf, v);
     return buf;
 }
 
 void sim_scatter(const float *src, const sim_view *v) {
-    gs_ctx c = {(float *)src, v->dtype};
-    for_rows(v, scatter_row, &c);
+    scatter_from(src, v);
     sim_corrupt_output(v); /* debug mode only (X1SIM_CORRUPT / TH1SIM_CORRUPT) */
 }
 
-/* Allocation failures inside a kernel are device OOM in spirit; the host has
- * plenty here, so they are treated as fatal bugs of the simulator itself. */
 static float *gather_or_die(const sim_view *v) {
     float *b = sim_gather(v);
     if (!b) abort();
     return b;
 }
 
-static float *alloc_f(int64_t n) {
-    float *b = calloc((size_t)(n > 0 ? n : 1), sizeof(float));
-    if (!b) abort();
+static int64_t *gather_i_or_die(const sim_view *v) {
+    int64_t *b = xmalloc((size_t)sim_numel(v) * sizeof(int64_t));
+    if (v->dtype == SIM_I64) { /* bytes, through copy_any's tiled transposition if need be */
+        sim_view d = dense_over(b, v, SIM_I64);
+        copy_any(v, &d);
+        return b;
+    }
+    int64_t *d = b;
+    sim_iter it;
+    if (sim_iter_views(&it, 1, &v))
+        do {
+            cvt_to_i(d, it.p[0], v->dtype, it.s[0], it.n);
+            d += it.n;
+        } while (sim_iter_next(&it));
     return b;
+}
+
+static void scatter_i(const int64_t *src, const sim_view *v) {
+    sim_iter it;
+    if (!sim_iter_views(&it, 1, &v)) return;
+    do {
+        cvt_from_i(it.p[0], v->dtype, it.s[0], src, it.n);
+        src += it.n;
+    } while (sim_iter_next(&it));
+}
+
+/* ------------------------------------------------------------ aliasing */
+
+/* Bytes [lo, hi) a view can touch. */
+static void view_span(const sim_view *v, intptr_t *lo, intptr_t *hi) {
+    int64_t mn = 0, mx = 0;
+    for (int d = 0; d < v->ndim; d++) {
+        int64_t off = (v->shape[d] - 1) * v->strides[d];
+        if (off < 0) mn += off;
+        else mx += off;
+    }
+    int64_t es = (int64_t)sim_dtype_size(v->dtype);
+    *lo = (intptr_t)v->base + (intptr_t)(mn * es);
+    *hi = (intptr_t)v->base + (intptr_t)((mx + 1) * es);
+}
+
+static int views_overlap(const sim_view *a, const sim_view *b) {
+    if (!a->present || !b->present || sim_numel(a) == 0 || sim_numel(b) == 0) return 0;
+    intptr_t alo, ahi, blo, bhi;
+    view_span(a, &alo, &ahi);
+    view_span(b, &blo, &bhi);
+    return alo < bhi && blo < ahi;
+}
+
+/* No two elements share memory (sufficient test: sorted by stride, each dim
+ * steps past everything the smaller ones reach). */
+static int view_injective(const sim_view *v) {
+    int64_t st[SIM_MAX_DIMS], sh[SIM_MAX_DIMS];
+    int n = 0;
+    for (int d = 0; d < v->ndim; d++) {
+        if (v->shape[d] <= 1) continue;
+        int i = n++;
+        for (; i > 0 && st[i - 1] > v->strides[d]; i--) {
+            st[i] = st[i - 1];
+            sh[i] = sh[i - 1];
+        }
+        st[i] = v->strides[d];
+        sh[i] = v->shape[d];
+    }
+    int64_t reach = 0;
+    for (int i = 0; i < n; i++) {
+        if (st[i] <= reach) return 0;
+        reach += (sh[i] - 1) * st[i];
+    }
+    return 1;
+}
+
+static int same_view(const sim_view *a, const sim_view *b) {
+    if (a->base != b->base || a->dtype != b->dtype || !sim_same_shape(a, b)) return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] > 1 && a->strides[d] != b->strides[d]) return 0;
+    return 1;
+}
+
+/* sim_iter_views over v[0]'s memory order: dims sorted by v[0]'s strides,
+ * so that a permuted output is still written along its rows.  Only when no
+ * two of v[0]'s elements share memory: then the order of the writes cannot
+ * matter (an input is either v[0] itself, element for element, or does not
+ * overlap it: see hold). */
+static int iter_views_mem(sim_iter *it, int nop, const sim_view *const *v) {
+    const sim_view *o = v[0];
+    int nd = o->ndim, perm[SIM_MAX_DIMS], sorted = 1;
+    for (int d = 0; d < nd; d++) {
+        int i = d;
+        for (; i > 0 && o->strides[perm[i - 1]] < o->strides[d]; i--) perm[i] = perm[i - 1];
+        perm[i] = d;
+        sorted &= i == d;
+    }
+    if (sorted || !view_injective(o)) return sim_iter_views(it, nop, v);
+    int64_t shape[SIM_MAX_DIMS], st[SIM_ITER_MAX_OPS][SIM_MAX_DIMS], es[SIM_ITER_MAX_OPS];
+    char *base[SIM_ITER_MAX_OPS];
+    const int64_t *strides[SIM_ITER_MAX_OPS];
+    for (int d = 0; d < nd; d++) shape[d] = o->shape[perm[d]];
+    for (int k = 0; k < nop; k++) {
+        for (int d = 0; d < nd; d++) st[k][d] = v[k]->strides[perm[d]];
+        base[k] = v[k]->base;
+        strides[k] = st[k];
+        es[k] = (int64_t)sim_dtype_size(v[k]->dtype);
+    }
+    return sim_iter_init(it, nd, shape, nop, base, strides, es);
+}
+
+/* A dense row-major view of v's shape and dtype over fresh memory (*own). */
+static sim_view dense_like(const sim_view *v, sim_dtype dt, void **own) {
+    sim_view d = *v;
+    d.dtype = dt;
+    int64_t s = 1;
+    for (int i = v->ndim - 1; i >= 0; i--) {
+        d.strides[i] = s;
+        s *= v->shape[i];
+    }
+    *own = xmalloc((size_t)s * sim_dtype_size(dt));
+    d.base = *own;
+    return d;
+}
+
+static void copy_view(const sim_view *src, const sim_view *dst);
+
+/* An input as a kernel writing `outs` may read it: itself, unless it shares
+ * memory with an output other than element for element; then a copy. */
+typedef struct {
+    sim_view v;
+    void *own;
+} held;
+
+static const sim_view *hold(held *h, const sim_view *in, const sim_view *const *outs, int nout) {
+    h->own = NULL;
+    if (!in || !in->present) return in;
+    int clash = 0;
+    for (int k = 0; k < nout && !clash; k++)
+        clash = views_overlap(in, outs[k]) && !(same_view(in, outs[k]) && view_injective(outs[k]));
+    if (!clash) return in;
+    h->v = dense_like(in, in->dtype, &h->own);
+    copy_view(in, &h->v);
+    return &h->v;
+}
+
+/* ------------------------------------------------- elementwise engines */
+
+#define EW_MAX_IN 4
+
+/* out = fn(ctx, inputs) in float, a block at a time: o and x[k] hold n
+ * elements (o may be x[k] itself for an in-place op). */
+typedef void (*ew_fn)(const void *ctx, float *o, const float *const *x, int64_t n);
+
+static void ew_float(const sim_view *out, int nin, const sim_view *const *ins, ew_fn fn, const void *ctx) {
+    held h[EW_MAX_IN];
+    const sim_view *ops[EW_MAX_IN + 1] = {out};
+    int64_t es[EW_MAX_IN + 1];
+    for (int k = 0; k < nin; k++) ops[k + 1] = hold(&h[k], ins[k], &out, 1);
+    for (int k = 0; k <= nin; k++) es[k] = (int64_t)sim_dtype_size(ops[k]->dtype);
+    sim_iter it;
+    if (iter_views_mem(&it, nin + 1, ops)) {
+        float buf[EW_MAX_IN][BLK], obuf[BLK];
+        const float *x[EW_MAX_IN];
+        const int direct = out->dtype == SIM_F32 && it.s[0] == 1;
+        do {
+            for (int64_t j = 0; j < it.n; j += BLK) {
+                int64_t m = imin(BLK, it.n - j);
+                for (int k = 0; k < nin; k++)
+                    x[k] = ld_f(buf[k], it.p[k + 1] + j * it.s[k + 1] * es[k + 1], ops[k + 1]->dtype,
+                                it.s[k + 1], m);
+                char *po = it.p[0] + j * it.s[0] * es[0];
+                float *o = direct ? (float *)po : obuf;
+                fn(ctx, o, x, m);
+                if (!direct) cvt_from_f(po, out->dtype, it.s[0], obuf, m);
+            }
+        } while (sim_iter_next(&it));
+    }
+    for (int k = 0; k < nin; k++) free(h[k].own);
+}
+
+/* The same in int64 (exact; stores wrap). */
+typedef void (*ew_ifn)(const void *ctx, int64_t *o, const int64_t *const *x, int64_t n);
+
+static void ew_int(const sim_view *out, int nin, const sim_view *const *ins, ew_ifn fn, const void *ctx) {
+    held h[EW_MAX_IN];
+    const sim_view *ops[EW_MAX_IN + 1] = {out};
+    int64_t es[EW_MAX_IN + 1];
+    for (int k = 0; k < nin; k++) ops[k + 1] = hold(&h[k], ins[k], &out, 1);
+    for (int k = 0; k <= nin; k++) es[k] = (int64_t)sim_dtype_size(ops[k]->dtype);
+    sim_iter it;
+    if (iter_views_mem(&it, nin + 1, ops)) {
+        int64_t buf[EW_MAX_IN][BLK], obuf[BLK];
+        const int64_t *x[EW_MAX_IN];
+        const int direct = out->dtype == SIM_I64 && it.s[0] == 1;
+        do {
+            for (int64_t j = 0; j < it.n; j += BLK) {
+                int64_t m = imin(BLK, it.n - j);
+                for (int k = 0; k < nin; k++)
+                    x[k] = ld_i(buf[k], it.p[k + 1] + j * it.s[k + 1] * es[k + 1], ops[k + 1]->dtype,
+                                it.s[k + 1], m);
+                char *po = it.p[0] + j * it.s[0] * es[0];
+                int64_t *o = direct ? (int64_t *)po : obuf;
+                fn(ctx, o, x, m);
+                if (!direct) cvt_from_i(po, out->dtype, it.s[0], obuf, m);
+            }
+        } while (sim_iter_next(&it));
+    }
+    for (int k = 0; k < nin; k++) free(h[k].own);
 }
 
 /* --------------------------------------------------------------- checks */
@@ -160,68 +853,12 @@ sim_status simk_check_dtype_in(const char *fn, const char *what, const sim_view 
                     sim_dtype_name(v->dtype));
 }
 
-/* ----------------------------------------------------------- elementwise */
-
 int simk_is_float(sim_dtype dt) {
     return dt == SIM_F32 || dt == SIM_F16 || dt == SIM_BF16 || dt == SIM_F64;
 }
 
 int simk_is_integer(sim_dtype dt) {
     return dt == SIM_I8 || dt == SIM_U8 || dt == SIM_I32 || dt == SIM_I64;
-}
-
-/* Integer element access: exact for every integer dtype (float never goes here). */
-static int64_t load_i(const char *p, sim_dtype dt) {
-    switch (dt) {
-        case SIM_I64: { int64_t v; memcpy(&v, p, 8); return v; }
-        case SIM_I32: { int32_t v; memcpy(&v, p, 4); return v; }
-        case SIM_I8: return *(const int8_t *)p;
-        case SIM_U8: return *(const uint8_t *)p;
-        case SIM_BOOL: return *(const uint8_t *)p != 0;
-        default: return 0;
-    }
-}
-
-static void store_i(char *p, sim_dtype dt, int64_t v) {
-    switch (dt) {
-        case SIM_I64: memcpy(p, &v, 8); break;
-        case SIM_I32: { int32_t w = (int32_t)(uint32_t)(uint64_t)v; memcpy(p, &w, 4); break; }
-        case SIM_I8: *(int8_t *)p = (int8_t)(uint8_t)(uint64_t)v; break;
-        case SIM_U8: *(uint8_t *)p = (uint8_t)(uint64_t)v; break;
-        case SIM_BOOL: *(uint8_t *)p = v != 0; break;
-        default: break;
-    }
-}
-
-typedef struct {
-    int64_t *buf;
-    sim_dtype dt;
-} gi_ctx;
-
-static void gather_row_i(void *vctx, char *p, int64_t n, int64_t s, int64_t lin) {
-    gi_ctx *c = vctx;
-    int64_t es = (int64_t)sim_dtype_size(c->dt);
-    for (int64_t i = 0; i < n; i++) c->buf[lin + i] = load_i(p + i * s * es, c->dt);
-}
-
-static void scatter_row_i(void *vctx, char *p, int64_t n, int64_t s, int64_t lin) {
-    gi_ctx *c = vctx;
-    int64_t es = (int64_t)sim_dtype_size(c->dt);
-    for (int64_t i = 0; i < n; i++) store_i(p + i * s * es, c->dt, c->buf[lin + i]);
-}
-
-static int64_t *gather_i_or_die(const sim_view *v) {
-    int64_t n = sim_numel(v);
-    int64_t *b = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
-    if (!b) abort();
-    gi_ctx c = {b, v->dtype};
-    for_rows(v, gather_row_i, &c);
-    return b;
-}
-
-static void scatter_i(const int64_t *src, const sim_view *v) {
-    gi_ctx c = {(int64_t *)src, v->dtype};
-    for_rows(v, scatter_row_i, &c);
 }
 
 /* Shape agreement only (dtype rules differ per op). */
@@ -251,31 +888,67 @@ static int64_t sat_i64(double v) {
 }
 
 /* wrapping int64 arithmetic (signed overflow is undefined in C) */
-static int64_t wadd(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
-static int64_t wmul(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
+static inline int64_t wadd(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
+static inline int64_t wmul(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
 
-static float fmax_nan(float x, float y) { return (x != x || y != y) ? x + y : (x > y ? x : y); }
-static float fmin_nan(float x, float y) { return (x != x || y != y) ? x + y : (x < y ? x : y); }
+static inline float fmax_nan(float x, float y) { return (x != x || y != y) ? x + y : (x > y ? x : y); }
+static inline float fmin_nan(float x, float y) { return (x != x || y != y) ? x + y : (x < y ? x : y); }
 
-static int compare_f(simk_binop op, float x, float y) {
-    switch (op) {
-        case SIMK_EQ: return x == y;
-        case SIMK_NE: return x != y;
-        case SIMK_LT: return x < y;
-        case SIMK_LE: return x <= y;
-        case SIMK_GT: return x > y;
-        default: return x >= y;
+/* ------------------------------------------------------------ binary ops */
+
+typedef struct {
+    simk_binop op;
+    float alpha;
+    int64_t ialpha;
+} bin_ctx;
+
+static void bin_f(const void *vc, float *o, const float *const *x, int64_t n) {
+    const bin_ctx *c = vc;
+    const float *a = x[0], *b = x[1], al = c->alpha;
+    switch (c->op) {
+        case SIMK_ADD:
+            if (al == 1.0f) for (int64_t i = 0; i < n; i++) o[i] = a[i] + b[i];
+            else for (int64_t i = 0; i < n; i++) o[i] = a[i] + al * b[i];
+            break;
+        case SIMK_SUB:
+            if (al == 1.0f) for (int64_t i = 0; i < n; i++) o[i] = a[i] - b[i];
+            else for (int64_t i = 0; i < n; i++) o[i] = a[i] - al * b[i];
+            break;
+        case SIMK_MUL: for (int64_t i = 0; i < n; i++) o[i] = a[i] * b[i]; break;
+        case SIMK_DIV: for (int64_t i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
+        case SIMK_POW: for (int64_t i = 0; i < n; i++) o[i] = powf(a[i], b[i]); break;
+        case SIMK_MAXIMUM: for (int64_t i = 0; i < n; i++) o[i] = fmax_nan(a[i], b[i]); break;
+        case SIMK_MINIMUM: for (int64_t i = 0; i < n; i++) o[i] = fmin_nan(a[i], b[i]); break;
+        /* comparisons give 1 or 0, stored into the bool output */
+        case SIMK_EQ: for (int64_t i = 0; i < n; i++) o[i] = a[i] == b[i] ? 1.0f : 0.0f; break;
+        case SIMK_NE: for (int64_t i = 0; i < n; i++) o[i] = a[i] != b[i] ? 1.0f : 0.0f; break;
+        case SIMK_LT: for (int64_t i = 0; i < n; i++) o[i] = a[i] < b[i] ? 1.0f : 0.0f; break;
+        case SIMK_LE: for (int64_t i = 0; i < n; i++) o[i] = a[i] <= b[i] ? 1.0f : 0.0f; break;
+        case SIMK_GT: for (int64_t i = 0; i < n; i++) o[i] = a[i] > b[i] ? 1.0f : 0.0f; break;
+        case SIMK_GE: for (int64_t i = 0; i < n; i++) o[i] = a[i] >= b[i] ? 1.0f : 0.0f; break;
+        default: break;
     }
 }
 
-static int compare_i(simk_binop op, int64_t x, int64_t y) {
-    switch (op) {
-        case SIMK_EQ: return x == y;
-        case SIMK_NE: return x != y;
-        case SIMK_LT: return x < y;
-        case SIMK_LE: return x <= y;
-        case SIMK_GT: return x > y;
-        default: return x >= y;
+static void bin_i(const void *vc, int64_t *o, const int64_t *const *x, int64_t n) {
+    const bin_ctx *c = vc;
+    const int64_t *a = x[0], *b = x[1], al = c->ialpha;
+    switch (c->op) {
+        case SIMK_ADD: for (int64_t i = 0; i < n; i++) o[i] = wadd(a[i], wmul(al, b[i])); break;
+        case SIMK_SUB: for (int64_t i = 0; i < n; i++) o[i] = wadd(a[i], wmul(wmul(al, -1), b[i])); break;
+        case SIMK_MUL: for (int64_t i = 0; i < n; i++) o[i] = wmul(a[i], b[i]); break;
+        case SIMK_MAXIMUM: for (int64_t i = 0; i < n; i++) o[i] = a[i] > b[i] ? a[i] : b[i]; break;
+        case SIMK_MINIMUM: for (int64_t i = 0; i < n; i++) o[i] = a[i] < b[i] ? a[i] : b[i]; break;
+        case SIMK_BITAND: for (int64_t i = 0; i < n; i++) o[i] = a[i] & b[i]; break;
+        case SIMK_BITOR: for (int64_t i = 0; i < n; i++) o[i] = a[i] | b[i]; break;
+        case SIMK_BITXOR: for (int64_t i = 0; i < n; i++) o[i] = a[i] ^ b[i]; break;
+        case SIMK_EQ: for (int64_t i = 0; i < n; i++) o[i] = a[i] == b[i]; break;
+        case SIMK_NE: for (int64_t i = 0; i < n; i++) o[i] = a[i] != b[i]; break;
+        case SIMK_LT: for (int64_t i = 0; i < n; i++) o[i] = a[i] < b[i]; break;
+        case SIMK_LE: for (int64_t i = 0; i < n; i++) o[i] = a[i] <= b[i]; break;
+        case SIMK_GT: for (int64_t i = 0; i < n; i++) o[i] = a[i] > b[i]; break;
+        case SIMK_GE: for (int64_t i = 0; i < n; i++) o[i] = a[i] >= b[i]; break;
+        default: break;
     }
 }
 
@@ -304,81 +977,80 @@ sim_status simk_binary(const char *fn, const char *kernel, simk_binop op, const 
         return sim_fail(SIM_E_UNSUPPORTED, fn, "dtype %s is not supported by this kernel",
                         sim_dtype_name(a->dtype));
     if ((st = sim_launch(kernel, fn))) return st;
-    int64_t n = sim_numel(out);
+    bin_ctx c = {op, (float)alpha, sat_i64(alpha)};
+    const sim_view *ins[2] = {a, b};
     if (fl) {
-        float *x = gather_or_die(a), *y = gather_or_die(b);
-        float al = (float)alpha;
-        if (compare) {
-            int64_t *r = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
-            if (!r) abort();
-            for (int64_t i = 0; i < n; i++) r[i] = compare_f(op, x[i], y[i]);
-            scatter_i(r, out);
-            free(r);
-        } else {
-            switch (op) {
-                case SIMK_ADD:
-                    if (al == 1.0f) for (int64_t i = 0; i < n; i++) x[i] = x[i] + y[i];
-                    else for (int64_t i = 0; i < n; i++) x[i] = x[i] + al * y[i];
-                    break;
-                case SIMK_SUB:
-                    if (al == 1.0f) for (int64_t i = 0; i < n; i++) x[i] = x[i] - y[i];
-                    else for (int64_t i = 0; i < n; i++) x[i] = x[i] - al * y[i];
-                    break;
-                case SIMK_MUL: for (int64_t i = 0; i < n; i++) x[i] = x[i] * y[i]; break;
-                case SIMK_DIV: for (int64_t i = 0; i < n; i++) x[i] = x[i] / y[i]; break;
-                case SIMK_POW: for (int64_t i = 0; i < n; i++) x[i] = powf(x[i], y[i]); break;
-                case SIMK_MAXIMUM: for (int64_t i = 0; i < n; i++) x[i] = fmax_nan(x[i], y[i]); break;
-                case SIMK_MINIMUM: for (int64_t i = 0; i < n; i++) x[i] = fmin_nan(x[i], y[i]); break;
-                default: break;
-            }
-            sim_scatter(x, out);
-        }
-        free(x);
-        free(y);
-        return SIM_OK;
+        ew_float(out, 2, ins, bin_f, &c);
+        if (!compare) sim_corrupt_output(out);
+    } else {
+        ew_int(out, 2, ins, bin_i, &c);
     }
-    int64_t *x = gather_i_or_die(a), *y = gather_i_or_die(b);
-    int64_t al = sat_i64(alpha);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t u = x[i], v = y[i];
-        switch (op) {
-            case SIMK_ADD: x[i] = wadd(u, wmul(al, v)); break;
-            case SIMK_SUB: x[i] = wadd(u, wmul(-al, v)); break;
-            case SIMK_MUL: x[i] = wmul(u, v); break;
-            case SIMK_MAXIMUM: x[i] = u > v ? u : v; break;
-            case SIMK_MINIMUM: x[i] = u < v ? u : v; break;
-            case SIMK_BITAND: x[i] = u & v; break;
-            case SIMK_BITOR: x[i] = u | v; break;
-            case SIMK_BITXOR: x[i] = u ^ v; break;
-            default: x[i] = compare_i(op, u, v); break;
-        }
-    }
-    scatter_i(x, out);
-    free(x);
-    free(y);
     return SIM_OK;
 }
 
-static float unary_f(simk_unop op, float v) {
+/* ------------------------------------------------------------- unary ops */
+
+static void un_f(const void *vc, float *o, const float *const *x, int64_t n) {
+    const float *a = x[0];
+    float t[BLK]; /* n <= BLK */
     const float k0 = 0.7978845608028654f; /* sqrt(2/pi) */
-    switch (op) {
-        case SIMK_RELU: return v > 0.0f ? v : (v != v ? v : 0.0f);
-        case SIMK_GELU: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-        case SIMK_GELU_TANH: return 0.5f * v * (1.0f + tanhf(k0 * (v + 0.044715f * v * v * v)));
-        case SIMK_SIGMOID: return 1.0f / (1.0f + expf(-v));
-        case SIMK_TANH: return tanhf(v);
-        case SIMK_EXP: return expf(v);
-        case SIMK_NEG: return -v;
-        case SIMK_SQRT: return sqrtf(v);
-        case SIMK_RSQRT: return 1.0f / sqrtf(v);
-        case SIMK_LOG: return logf(v);
-        case SIMK_COS: return cosf(v);
-        case SIMK_SIN: return sinf(v);
-        case SIMK_ABS: return fabsf(v);
-        case SIMK_RECIPROCAL: return 1.0f / v;
-        case SIMK_SILU: return v / (1.0f + expf(-v));
-        default: return v;
+    switch (*(const simk_unop *)vc) {
+        case SIMK_RELU:
+            for (int64_t i = 0; i < n; i++) {
+                float v = a[i];
+                o[i] = v > 0.0f ? v : (v != v ? v : 0.0f);
+            }
+            break;
+        case SIMK_GELU:
+            for (int64_t i = 0; i < n; i++) t[i] = a[i] * 0.70710678118654752f;
+            erf_inplace(t, n);
+            for (int64_t i = 0; i < n; i++) o[i] = 0.5f * a[i] * (1.0f + t[i]);
+            break;
+        case SIMK_GELU_TANH:
+            for (int64_t i = 0; i < n; i++) t[i] = k0 * (a[i] + 0.044715f * a[i] * a[i] * a[i]);
+            tanh_inplace(t, n);
+            for (int64_t i = 0; i < n; i++) o[i] = 0.5f * a[i] * (1.0f + t[i]);
+            break;
+        case SIMK_SIGMOID:
+            for (int64_t i = 0; i < n; i++) t[i] = -a[i];
+            exp_inplace(t, n);
+            for (int64_t i = 0; i < n; i++) o[i] = 1.0f / (1.0f + t[i]);
+            break;
+        case SIMK_TANH: tanh_run(o, a, n); break;
+        case SIMK_EXP: exp_run(o, a, n); break;
+        case SIMK_NEG: for (int64_t i = 0; i < n; i++) o[i] = -a[i]; break;
+        case SIMK_SQRT: sqrt_run(o, a, n); break;
+        case SIMK_RSQRT:
+            sqrt_run(o, a, n);
+            for (int64_t i = 0; i < n; i++) o[i] = 1.0f / o[i];
+            break;
+        case SIMK_LOG: for (int64_t i = 0; i < n; i++) o[i] = logf(a[i]); break;
+        case SIMK_COS: for (int64_t i = 0; i < n; i++) o[i] = cosf(a[i]); break;
+        case SIMK_SIN: for (int64_t i = 0; i < n; i++) o[i] = sinf(a[i]); break;
+        case SIMK_ABS: for (int64_t i = 0; i < n; i++) o[i] = fabsf(a[i]); break;
+        case SIMK_RECIPROCAL: for (int64_t i = 0; i < n; i++) o[i] = 1.0f / a[i]; break;
+        case SIMK_SILU:
+            for (int64_t i = 0; i < n; i++) t[i] = -a[i];
+            exp_inplace(t, n);
+            for (int64_t i = 0; i < n; i++) o[i] = a[i] / (1.0f + t[i]);
+            break;
+        default: for (int64_t i = 0; i < n; i++) o[i] = a[i]; break;
     }
+}
+
+static void un_i(const void *vc, int64_t *o, const int64_t *const *x, int64_t n) {
+    const int64_t *a = x[0];
+    switch (*(const simk_unop *)vc) {
+        case SIMK_NEG: for (int64_t i = 0; i < n; i++) o[i] = wmul(a[i], -1); break;
+        case SIMK_ABS: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? wmul(a[i], -1) : a[i]; break;
+        case SIMK_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? a[i] : 0; break;
+        default: for (int64_t i = 0; i < n; i++) o[i] = ~a[i]; break; /* bitwise not */
+    }
+}
+
+static void not_b(const void *vc, int64_t *o, const int64_t *const *x, int64_t n) {
+    (void)vc;
+    for (int64_t i = 0; i < n; i++) o[i] = !x[0][i]; /* logical on bool */
 }
 
 sim_status simk_unary(const char *fn, const char *kernel, simk_unop op, const sim_view *a,
@@ -391,27 +1063,29 @@ sim_status simk_unary(const char *fn, const char *kernel, simk_unop op, const si
         return sim_fail(SIM_E_UNSUPPORTED, fn, "dtype %s is not supported by this kernel",
                         sim_dtype_name(a->dtype));
     if ((st = sim_launch(kernel, fn))) return st;
-    int64_t n = sim_numel(out);
     if (fl) {
-        float *x = gather_or_die(a);
-        for (int64_t i = 0; i < n; i++) x[i] = unary_f(op, x[i]);
-        sim_scatter(x, out);
-        free(x);
-        return SIM_OK;
+        ew_float(out, 1, &a, un_f, &op);
+        sim_corrupt_output(out);
+    } else {
+        ew_int(out, 1, &a, boolean ? not_b : un_i, &op);
     }
-    int64_t *x = gather_i_or_die(a);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t v = x[i];
-        switch (op) {
-            case SIMK_NEG: x[i] = wmul(v, -1); break;
-            case SIMK_ABS: x[i] = v < 0 ? wmul(v, -1) : v; break;
-            case SIMK_RELU: x[i] = v > 0 ? v : 0; break;
-            default: x[i] = boolean ? !v : ~v; break; /* bitwise not; logical on bool */
-        }
-    }
-    scatter_i(x, out);
-    free(x);
     return SIM_OK;
+}
+
+static void pow_s(const void *vc, float *o, const float *const *x, int64_t n) {
+    const double exponent = *(const double *)vc;
+    const float *a = x[0], e = (float)exponent;
+    /* PyTorch computes these exponents exactly this way (no pow call) */
+    if (exponent == 2.0) for (int64_t i = 0; i < n; i++) o[i] = a[i] * a[i];
+    else if (exponent == 3.0) for (int64_t i = 0; i < n; i++) o[i] = a[i] * a[i] * a[i];
+    else if (exponent == 0.5) sqrt_run(o, a, n);
+    else if (exponent == -0.5) {
+        sqrt_run(o, a, n);
+        for (int64_t i = 0; i < n; i++) o[i] = 1.0f / o[i];
+    }
+    else if (exponent == -1.0) for (int64_t i = 0; i < n; i++) o[i] = 1.0f / a[i];
+    else if (exponent == -2.0) for (int64_t i = 0; i < n; i++) o[i] = 1.0f / (a[i] * a[i]);
+    else for (int64_t i = 0; i < n; i++) o[i] = powf(a[i], e);
 }
 
 sim_status simk_pow_scalar(const char *fn, const char *kernel, const sim_view *a, double exponent,
@@ -419,19 +1093,14 @@ sim_status simk_pow_scalar(const char *fn, const char *kernel, const sim_view *a
     sim_status st;
     if ((st = simk_check_same(fn, "self", a, out)) || (st = need_float_dt(fn, "self", a))) return st;
     if ((st = sim_launch(kernel, fn))) return st;
-    int64_t n = sim_numel(out);
-    float *x = gather_or_die(a), e = (float)exponent;
-    /* PyTorch computes these exponents exactly this way (no pow call) */
-    if (exponent == 2.0) for (int64_t i = 0; i < n; i++) x[i] = x[i] * x[i];
-    else if (exponent == 3.0) for (int64_t i = 0; i < n; i++) x[i] = x[i] * x[i] * x[i];
-    else if (exponent == 0.5) for (int64_t i = 0; i < n; i++) x[i] = sqrtf(x[i]);
-    else if (exponent == -0.5) for (int64_t i = 0; i < n; i++) x[i] = 1.0f / sqrtf(x[i]);
-    else if (exponent == -1.0) for (int64_t i = 0; i < n; i++) x[i] = 1.0f / x[i];
-    else if (exponent == -2.0) for (int64_t i = 0; i < n; i++) x[i] = 1.0f / (x[i] * x[i]);
-    else for (int64_t i = 0; i < n; i++) x[i] = powf(x[i], e);
-    sim_scatter(x, out);
-    free(x);
+    ew_float(out, 1, &a, pow_s, &exponent);
+    sim_corrupt_output(out);
     return SIM_OK;
+}
+
+static void div_s(const void *vc, float *o, const float *const *x, int64_t n) {
+    const float d = *(const float *)vc, *a = x[0];
+    for (int64_t i = 0; i < n; i++) o[i] = a[i] / d;
 }
 
 sim_status simk_div_scalar(const char *fn, const char *kernel, const sim_view *a, double divisor,
@@ -439,12 +1108,25 @@ sim_status simk_div_scalar(const char *fn, const char *kernel, const sim_view *a
     sim_status st;
     if ((st = simk_check_same(fn, "self", a, out)) || (st = need_float_dt(fn, "self", a))) return st;
     if ((st = sim_launch(kernel, fn))) return st;
-    int64_t n = sim_numel(out);
-    float *x = gather_or_die(a), d = (float)divisor;
-    for (int64_t i = 0; i < n; i++) x[i] = x[i] / d;
-    sim_scatter(x, out);
-    free(x);
+    float d = (float)divisor;
+    ew_float(out, 1, &a, div_s, &d);
+    sim_corrupt_output(out);
     return SIM_OK;
+}
+
+/* --------------------------------------------------- ternary and friends */
+
+typedef struct {
+    int div;
+    float v;
+} addc_ctx;
+
+static void addc_f(const void *vc, float *o, const float *const *x, int64_t n) {
+    const addc_ctx *c = vc;
+    const float *s = x[0], *a = x[1], *b = x[2], v = c->v;
+    /* PyTorch's order: value * t1 first, then by t2 */
+    if (c->div) for (int64_t i = 0; i < n; i++) o[i] = s[i] + v * a[i] / b[i];
+    else for (int64_t i = 0; i < n; i++) o[i] = s[i] + v * a[i] * b[i];
 }
 
 sim_status simk_addc(const char *fn, const char *kernel, int div, const sim_view *self,
@@ -454,14 +1136,18 @@ sim_status simk_addc(const char *fn, const char *kernel, int div, const sim_view
         (st = simk_check_same(fn, "tensor2", t2, out)) || (st = need_float_dt(fn, "self", self)))
         return st;
     if ((st = sim_launch(kernel, fn))) return st;
-    int64_t n = sim_numel(out);
-    float *s = gather_or_die(self), *x = gather_or_die(t1), *y = gather_or_die(t2), v = (float)value;
-    /* PyTorch's order: value * t1 first, then by t2 */
-    if (div) for (int64_t i = 0; i < n; i++) s[i] = s[i] + v * x[i] / y[i];
-    else for (int64_t i = 0; i < n; i++) s[i] = s[i] + v * x[i] * y[i];
-    sim_scatter(s, out);
-    free(s); free(x); free(y);
+    addc_ctx c = {div, (float)value};
+    const sim_view *ins[3] = {self, t1, t2};
+    ew_float(out, 3, ins, addc_f, &c);
+    sim_corrupt_output(out);
     return SIM_OK;
+}
+
+static void lerp_f(const void *vc, float *o, const float *const *x, int64_t n) {
+    const float w = *(const float *)vc, *s = x[0], *e = x[1];
+    /* PyTorch's form: exact at both ends, one fused multiply-add */
+    if (fabsf(w) < 0.5f) for (int64_t i = 0; i < n; i++) o[i] = fmaf(w, e[i] - s[i], s[i]);
+    else for (int64_t i = 0; i < n; i++) o[i] = fmaf(w - 1.0f, e[i] - s[i], e[i]);
 }
 
 sim_status simk_lerp(const char *fn, const char *kernel, const sim_view *self, const sim_view *end,
@@ -471,14 +1157,23 @@ sim_status simk_lerp(const char *fn, const char *kernel, const sim_view *self, c
         (st = need_float_dt(fn, "self", self)))
         return st;
     if ((st = sim_launch(kernel, fn))) return st;
-    int64_t n = sim_numel(out);
-    float *s = gather_or_die(self), *e = gather_or_die(end), w = (float)weight;
-    /* PyTorch's form: exact at both ends, one fused multiply-add */
-    if (fabsf(w) < 0.5f) for (int64_t i = 0; i < n; i++) s[i] = fmaf(w, e[i] - s[i], s[i]);
-    else for (int64_t i = 0; i < n; i++) s[i] = fmaf(w - 1.0f, e[i] - s[i], e[i]);
-    sim_scatter(s, out);
-    free(s); free(e);
+    float w = (float)weight;
+    const sim_view *ins[2] = {self, end};
+    ew_float(out, 2, ins, lerp_f, &w);
+    sim_corrupt_output(out);
     return SIM_OK;
+}
+
+static void where_f(const void *vc, float *o, const float *const *x, int64_t n) {
+    (void)vc;
+    const float *c = x[0], *a = x[1], *b = x[2];
+    for (int64_t i = 0; i < n; i++) o[i] = c[i] != 0.0f ? a[i] : b[i];
+}
+
+static void where_i(const void *vc, int64_t *o, const int64_t *const *x, int64_t n) {
+    (void)vc;
+    const int64_t *c = x[0], *a = x[1], *b = x[2];
+    for (int64_t i = 0; i < n; i++) o[i] = c[i] ? a[i] : b[i];
 }
 
 sim_status simk_where(const char *fn, const char *kernel, const sim_view *cond, const sim_view *a,
@@ -490,21 +1185,24 @@ sim_status simk_where(const char *fn, const char *kernel, const sim_view *cond, 
     if (cond->dtype != SIM_BOOL)
         return sim_fail(SIM_E_UNSUPPORTED, fn, "condition must be bool, got %s", sim_dtype_name(cond->dtype));
     if ((st = sim_launch(kernel, fn))) return st;
-    int64_t n = sim_numel(out);
-    int64_t *c = gather_i_or_die(cond);
+    const sim_view *ins[3] = {cond, a, b};
     if (simk_is_float(out->dtype)) {
-        float *x = gather_or_die(a), *y = gather_or_die(b);
-        for (int64_t i = 0; i < n; i++) x[i] = c[i] ? x[i] : y[i];
-        sim_scatter(x, out);
-        free(x); free(y);
+        ew_float(out, 3, ins, where_f, NULL);
+        sim_corrupt_output(out);
     } else {
-        int64_t *x = gather_i_or_die(a), *y = gather_i_or_die(b);
-        for (int64_t i = 0; i < n; i++) x[i] = c[i] ? x[i] : y[i];
-        scatter_i(x, out);
-        free(x); free(y);
+        ew_int(out, 3, ins, where_i, NULL);
     }
-    free(c);
     return SIM_OK;
+}
+
+static void mfill_f(const void *vc, float *o, const float *const *x, int64_t n) {
+    const float v = *(const float *)vc, *s = x[0], *m = x[1];
+    for (int64_t i = 0; i < n; i++) o[i] = m[i] != 0.0f ? v : s[i];
+}
+
+static void mfill_i(const void *vc, int64_t *o, const int64_t *const *x, int64_t n) {
+    const int64_t v = *(const int64_t *)vc, *s = x[0], *m = x[1];
+    for (int64_t i = 0; i < n; i++) o[i] = m[i] ? v : s[i];
 }
 
 sim_status simk_masked_fill(const char *fn, const char *kernel, const sim_view *self, const sim_view *mask,
@@ -515,21 +1213,69 @@ sim_status simk_masked_fill(const char *fn, const char *kernel, const sim_view *
     if (mask->dtype != SIM_BOOL)
         return sim_fail(SIM_E_UNSUPPORTED, fn, "mask must be bool, got %s", sim_dtype_name(mask->dtype));
     if ((st = sim_launch(kernel, fn))) return st;
-    int64_t n = sim_numel(out);
-    int64_t *m = gather_i_or_die(mask);
+    const sim_view *ins[2] = {self, mask};
     if (simk_is_float(out->dtype)) {
-        float *x = gather_or_die(self), v = (float)value;
-        for (int64_t i = 0; i < n; i++) if (m[i]) x[i] = v;
-        sim_scatter(x, out);
-        free(x);
+        float v = (float)value;
+        ew_float(out, 2, ins, mfill_f, &v);
+        sim_corrupt_output(out);
     } else {
-        int64_t *x = gather_i_or_die(self), v = sat_i64(value);
-        for (int64_t i = 0; i < n; i++) if (m[i]) x[i] = v;
-        scatter_i(x, out);
-        free(x);
+        int64_t v = sat_i64(value);
+        ew_int(out, 2, ins, mfill_i, &v);
     }
-    free(m);
     return SIM_OK;
+}
+
+typedef struct {
+    simk_gradop op;
+    float th;
+} grad_ctx;
+
+static void grad_f(const void *vc, float *o, const float *const *x, int64_t n) {
+    const grad_ctx *c = vc;
+    const float *g = x[0], *v = x[1];
+    const float kBeta = 0.7978845608028654f, kKappa = 0.044715f;    /* sqrt(2/pi) */
+    const float kAlpha = 0.70710678118654752f, kPdf = 0.3989422804014327f; /* 1/sqrt(2), 1/sqrt(2pi) */
+    switch (c->op) {
+        case SIMK_GRAD_GELU: {
+            float e[BLK], f[BLK]; /* n <= BLK */
+            for (int64_t i = 0; i < n; i++) {
+                e[i] = -0.5f * v[i] * v[i];
+                f[i] = v[i] * kAlpha;
+            }
+            exp_inplace(e, n);
+            erf_inplace(f, n);
+            for (int64_t i = 0; i < n; i++) {
+                float z = v[i];
+                float cdf = 0.5f * (1.0f + f[i]);
+                float pdf = e[i] * kPdf;
+                o[i] = g[i] * (cdf + z * pdf);
+            }
+            break;
+        }
+        case SIMK_GRAD_GELU_TANH: {
+            float th[BLK]; /* n <= BLK */
+            for (int64_t i = 0; i < n; i++) {
+                float z = v[i], z3 = z * z * z;
+                th[i] = kBeta * (z + kKappa * z3);
+            }
+            tanh_inplace(th, n);
+            for (int64_t i = 0; i < n; i++) {
+                float z = v[i], z2 = z * z, t = th[i];
+                float left = 0.5f * z, right = 1.0f + t;
+                float dleft = 0.5f * right, dtanh = 1.0f - t * t;
+                float dinner = kBeta * (1.0f + 3.0f * kKappa * z2);
+                o[i] = g[i] * (dleft + left * dtanh * dinner);
+            }
+            break;
+        }
+        case SIMK_GRAD_THRESHOLD: {
+            const float th = c->th;
+            for (int64_t i = 0; i < n; i++) o[i] = v[i] <= th ? 0.0f : g[i];
+            break;
+        }
+        case SIMK_GRAD_SIGMOID_Y: for (int64_t i = 0; i < n; i++) o[i] = g[i] * (1.0f - v[i]) * v[i]; break;
+        default: for (int64_t i = 0; i < n; i++) o[i] = g[i] * (1.0f - v[i] * v[i]); break; /* tanh, from y */
+    }
 }
 
 sim_status simk_pointwise_grad(const char *fn, const char *kernel, simk_gradop op, const sim_view *grad,
@@ -539,62 +1285,53 @@ sim_status simk_pointwise_grad(const char *fn, const char *kernel, simk_gradop o
         (st = need_float_dt(fn, "grad_output", grad)))
         return st;
     if ((st = sim_launch(kernel, fn))) return st;
-    int64_t n = sim_numel(out);
-    float *g = gather_or_die(grad), *v = gather_or_die(x);
-    const float kBeta = 0.7978845608028654f, kKappa = 0.044715f;    /* sqrt(2/pi) */
-    const float kAlpha = 0.70710678118654752f, kPdf = 0.3989422804014327f; /* 1/sqrt(2), 1/sqrt(2pi) */
-    float th = (float)param;
-    for (int64_t i = 0; i < n; i++) {
-        float z = v[i], d;
-        switch (op) {
-            case SIMK_GRAD_GELU: {
-                float cdf = 0.5f * (1.0f + erff(z * kAlpha));
-                float pdf = expf(-0.5f * z * z) * kPdf;
-                d = g[i] * (cdf + z * pdf);
-                break;
-            }
-            case SIMK_GRAD_GELU_TANH: {
-                float z2 = z * z, z3 = z2 * z;
-                float inner = kBeta * (z + kKappa * z3), t = tanhf(inner);
-                float left = 0.5f * z, right = 1.0f + t;
-                float dleft = 0.5f * right, dtanh = 1.0f - t * t;
-                float dinner = kBeta * (1.0f + 3.0f * kKappa * z2);
-                d = g[i] * (dleft + left * dtanh * dinner);
-                break;
-            }
-            case SIMK_GRAD_THRESHOLD: d = z <= th ? 0.0f : g[i]; break;
-            case SIMK_GRAD_SIGMOID_Y: d = g[i] * (1.0f - z) * z; break;
-            default: d = g[i] * (1.0f - z * z); break; /* tanh, from its output */
-        }
-        g[i] = d;
-    }
-    sim_scatter(g, out);
-    free(g);
-    free(v);
+    grad_ctx c = {op, (float)param};
+    const sim_view *ins[2] = {grad, x};
+    ew_float(out, 2, ins, grad_f, &c);
+    sim_corrupt_output(out);
     return SIM_OK;
 }
 
-void simk_fill(const sim_view *out, double value) {
-    int64_t n = sim_numel(out);
-    if (n == 0) return;
-    size_t es = sim_dtype_size(out->dtype);
-    char one[8];
-    sim_store(one, out->dtype, value);
-    int64_t idx[SIM_MAX_DIMS] = {0};
-    for (int64_t i = 0; i < n; i++) {
-        int64_t off = 0;
-        for (int d = 0; d < out->ndim; d++) off += idx[d] * out->strides[d];
-        memcpy(out->base + off * (int64_t)es, one, es);
-        for (int d = out->ndim - 1; d >= 0; d--) {
-            if (++idx[d] < out->shape[d]) break;
-            idx[d] = 0;
+/* ------------------------------------------------------------ fill, copy */
+
+/* n elements of es bytes, stride s, all set to the bytes at one */
+static void fill_run(char *p, int64_t s, int64_t n, const char *one, size_t es) {
+    switch (es) {
+        case 1: {
+            uint8_t v = (uint8_t)one[0];
+            if (s == 1) memset(p, v, (size_t)n);
+            else for (int64_t i = 0; i < n; i++) p[i * s] = (char)v;
+            break;
+        }
+        case 2: {
+            uint16_t v, *q = (uint16_t *)p;
+            memcpy(&v, one, 2);
+            for (int64_t i = 0; i < n; i++) q[i * s] = v;
+            break;
+        }
+        case 4: {
+            uint32_t v, *q = (uint32_t *)p;
+            memcpy(&v, one, 4);
+            for (int64_t i = 0; i < n; i++) q[i * s] = v;
+            break;
+        }
+        default: {
+            uint64_t v, *q = (uint64_t *)p;
+            memcpy(&v, one, 8);
+            for (int64_t i = 0; i < n; i++) q[i * s] = v;
         }
     }
 }
 
-/* ------------------------------------------------------------------ copy */
-
-static void copy_view(const sim_view *src, const sim_view *dst);
+void simk_fill(const sim_view *out, double value) {
+    size_t es = sim_dtype_size(out->dtype);
+    char one[8];
+    sim_store(one, out->dtype, value);
+    sim_iter it;
+    if (!iter_views_mem(&it, 1, &out)) return;
+    do fill_run(it.p[0], it.s[0], it.n, one, es);
+    while (sim_iter_next(&it));
+}
 
 sim_status simk_copy(const char *fn, const char *kernel, const sim_view *src, const sim_view *dst) {
     if (!sim_same_shape(src, dst)) {
@@ -611,46 +1348,448 @@ sim_status simk_copy(const char *fn, const char *kernel, const sim_view *src, co
     return SIM_OK;
 }
 
-/* dst = src element by element (same shape), converting dtypes. */
-static void copy_view(const sim_view *src, const sim_view *dst) {
+/* One row of a same-dtype copy: bytes. */
+static void copy_run(char *d, int64_t ds, const char *s, int64_t ss, int64_t n, size_t es) {
+    if (ds == 1 && ss == 1) {
+        memmove(d, s, (size_t)n * es);
+        return;
+    }
+    switch (es) {
+        case 1: for (int64_t i = 0; i < n; i++) d[i * ds] = s[i * ss]; break;
+        case 2: {
+            uint16_t *q = (uint16_t *)d;
+            const uint16_t *r = (const uint16_t *)s;
+            for (int64_t i = 0; i < n; i++) q[i * ds] = r[i * ss];
+            break;
+        }
+        case 4: {
+            uint32_t *q = (uint32_t *)d;
+            const uint32_t *r = (const uint32_t *)s;
+            for (int64_t i = 0; i < n; i++) q[i * ds] = r[i * ss];
+            break;
+        }
+        default: {
+            uint64_t *q = (uint64_t *)d;
+            const uint64_t *r = (const uint64_t *)s;
+            for (int64_t i = 0; i < n; i++) q[i * ds] = r[i * ss];
+        }
+    }
+}
+
+/* A same-dtype copy of an A x B block, element (a, b) at d + a*da + b*db
+ * from s + a*sa + b*sb (strides in elements): a transposition, done in
+ * 32 x 32 tiles so that both sides stay in cache, each tile walked along
+ * dst's unit-stride dim (db == 1, else da == 1).  (Both strides stay
+ * variables: GCC's code for a literal unit stride here ran slower.) */
+#define TILE_COPY(T)                                                                         \
+    for (int64_t a0 = 0; a0 < A; a0 += 32)                                                   \
+        for (int64_t b0 = 0; b0 < B; b0 += 32) {                                             \
+            const int64_t a1 = imin(A, a0 + 32), b1 = imin(B, b0 + 32);                      \
+            if (db == 1)                                                                     \
+                for (int64_t a = a0; a < a1; a++) {                                          \
+                    T *dr = (T *)d + a * da;                                                 \
+                    const T *sr = (const T *)s + a * sa;                                     \
+                    for (int64_t b = b0; b < b1; b++) dr[b * db] = sr[b * sb];               \
+                }                                                                            \
+            else                                                                             \
+                for (int64_t b = b0; b < b1; b++) {                                          \
+                    T *dc = (T *)d + b * db;                                                 \
+                    const T *sc = (const T *)s + b * sb;                                     \
+                    for (int64_t a = a0; a < a1; a++) dc[a * da] = sc[a * sa];               \
+                }                                                                            \
+        }
+
+static void tile_copy(char *d, int64_t da, int64_t db, const char *s, int64_t sa, int64_t sb, int64_t A,
+                      int64_t B, size_t es) {
+    switch (es) {
+        case 1: TILE_COPY(uint8_t) break;
+        case 2: TILE_COPY(uint16_t) break;
+        case 4: TILE_COPY(uint32_t) break;
+        default: TILE_COPY(uint64_t) break;
+    }
+}
+
+/* A same-dtype copy whose rows are contiguous on one side and strided on the
+ * other, where the strided side is contiguous along another dim: walked as 2-D
+ * tiles of (that dim, the row dim).  Returns 0 (nothing done) otherwise.  The
+ * order of the writes changes, which only matters when dst's elements share
+ * memory, so then it is not used. */
+static int copy_transposed(const sim_view *src, const sim_view *dst, const sim_iter *it, size_t es) {
+    const int nd = it->nd, L = nd - 1;
+    if (nd < 2 || it->n < 8 || !view_injective(dst)) return 0;
+    int64_t st[2][SIM_MAX_DIMS];
+    for (int k = 0; k < 2; k++)
+        for (int d = 0; d < nd; d++) st[k][d] = it->bstride[k][d] / (int64_t)es;
+    /* the side whose rows are strided must have a unit-stride dim j */
+    int strided = st[0][L] == 1 && st[1][L] != 1 && st[1][L] != 0 ? 1
+                  : st[1][L] == 1 && st[0][L] != 1 && st[0][L] != 0 ? 0 : -1;
+    if (strided < 0) return 0;
+    int j = -1;
+    for (int d = 0; d < L; d++)
+        if (st[strided][d] == 1 && it->shape[d] >= 8) j = d;
+    if (j < 0) return 0;
+    /* the other dims, walked around the tiles */
+    int64_t oshape[SIM_MAX_DIMS], ost[2][SIM_MAX_DIMS];
+    int on = 0;
+    for (int d = 0; d < L; d++) {
+        if (d == j) continue;
+        oshape[on] = it->shape[d];
+        ost[0][on] = st[0][d];
+        ost[1][on] = st[1][d];
+        on++;
+    }
+    char *base[2] = {dst->base, src->base};
+    const int64_t *strides[2] = {ost[0], ost[1]}, ess[2] = {(int64_t)es, (int64_t)es};
+    sim_iter o;
+    if (!sim_iter_init(&o, on, oshape, 2, base, strides, ess)) return 1;
+    const int64_t A = it->shape[j], B = it->shape[L];
+    do
+        for (int64_t r = 0; r < o.n; r++)
+            tile_copy(o.p[0] + r * o.s[0] * (int64_t)es, st[0][j], st[0][L],
+                      o.p[1] + r * o.s[1] * (int64_t)es, st[1][j], st[1][L], A, B, es);
+    while (sim_iter_next(&o));
+    return 1;
+}
+
+/* dst = src (same shape), converting dtypes: between floating dtypes through
+ * float (exact, one rounding), between integer ones exactly in int64,
+ * across the two through double as sim_load / sim_store do; a same-dtype
+ * copy moves bytes.  src must not overlap dst (see copy_view). */
+static void copy_any(const sim_view *src, const sim_view *dst) {
     int64_t n = sim_numel(dst);
+    if (n == 0) return;
     size_t ses = sim_dtype_size(src->dtype), des = sim_dtype_size(dst->dtype);
     if (src->dtype == dst->dtype && sim_is_contiguous(src) && sim_is_contiguous(dst)) {
         memmove(dst->base, src->base, (size_t)n * des);
         return;
     }
-    /* Element by element through double: exact for every integer the dtypes
-     * hold below 2^53 and for all float formats; same-dtype copies are bytes. */
-    int nd = dst->ndim;
-    int64_t idx[SIM_MAX_DIMS] = {0};
-    for (int64_t i = 0; i < n; i++) {
-        int64_t so = 0, doff = 0;
-        for (int d = 0; d < nd; d++) {
-            so += idx[d] * src->strides[d];
-            doff += idx[d] * dst->strides[d];
+    int ff = simk_is_float(src->dtype) && simk_is_float(dst->dtype);
+    int ii = !simk_is_float(src->dtype) && !simk_is_float(dst->dtype);
+    const sim_view *ops[2] = {dst, src};
+    sim_iter it;
+    if (!iter_views_mem(&it, 2, ops)) return;
+    if (src->dtype == dst->dtype && copy_transposed(src, dst, &it, des)) return;
+    do {
+        char *d = it.p[0];
+        const char *s = it.p[1];
+        if (src->dtype == dst->dtype) {
+            copy_run(d, it.s[0], s, it.s[1], it.n, des);
+            continue;
         }
-        const char *sp = src->base + so * (int64_t)ses;
-        char *dp = dst->base + doff * (int64_t)des;
-        if (src->dtype == dst->dtype) memcpy(dp, sp, des);
-        else if (src->dtype == SIM_I64 && dst->dtype != SIM_F32 && dst->dtype != SIM_F64 &&
-                 dst->dtype != SIM_F16 && dst->dtype != SIM_BF16) {
-            int64_t v;
-            memcpy(&v, sp, 8);
-            switch (dst->dtype) {
-                case SIM_I32: { int32_t w = (int32_t)v; memcpy(dp, &w, 4); break; }
-                case SIM_I8: *(int8_t *)dp = (int8_t)v; break;
-                case SIM_U8: *(uint8_t *)dp = (uint8_t)v; break;
-                case SIM_BOOL: *(uint8_t *)dp = v != 0; break;
-                default: break;
+        for (int64_t j = 0; j < it.n; j += BLK) {
+            int64_t m = imin(BLK, it.n - j);
+            char *dj = d + j * it.s[0] * (int64_t)des;
+            const char *sj = s + j * it.s[1] * (int64_t)ses;
+            if (ff) {
+                float buf[BLK];
+                cvt_from_f(dj, dst->dtype, it.s[0], ld_f(buf, sj, src->dtype, it.s[1], m), m);
+            } else if (ii) {
+                int64_t buf[BLK];
+                cvt_from_i(dj, dst->dtype, it.s[0], ld_i(buf, sj, src->dtype, it.s[1], m), m);
+            } else {
+                double buf[BLK];
+                cvt_to_d(buf, sj, src->dtype, it.s[1], m);
+                cvt_from_d(dj, dst->dtype, it.s[0], buf, m);
             }
-        } else {
-            sim_store(dp, dst->dtype, sim_load(sp, src->dtype));
         }
-        for (int d = nd - 1; d >= 0; d--) {
-            if (++idx[d] < dst->shape[d]) break;
-            idx[d] = 0;
+    } while (sim_iter_next(&it));
+}
+
+/* copy_any for any src: one overlapping dst is read first. */
+static void copy_view(const sim_view *src, const sim_view *dst) {
+    if (sim_numel(dst) == 0) return;
+    if (src->dtype == dst->dtype && sim_is_contiguous(src) && sim_is_contiguous(dst)) {
+        memmove(dst->base, src->base, (size_t)sim_numel(dst) * sim_dtype_size(dst->dtype));
+        return;
+    }
+    held h;
+    src = hold(&h, src, &dst, 1);
+    copy_any(src, dst);
+    free(h.own);
+}
+
+/* ------------------------------------------------------ row arithmetic */
+
+/* Sums in double with eight running sums (lane k takes elements k, k+8, ...;
+ * the tail goes to lanes 0, 1, ...; then ((0+1)+(2+3))+((4+5)+(6+7))), kept
+ * in vector registers (two of four lanes) through GCC's vector extensions
+ * where the compiler has them. */
+#if defined(__GNUC__)
+typedef double v4d __attribute__((vector_size(32)));
+typedef float v4f_u __attribute__((vector_size(16), aligned(4), may_alias)); /* 4 floats anywhere */
+#define ld4(p) __builtin_convertvector(*(const v4f_u *)(p), v4d)
+typedef struct {
+    v4d lo, hi;
+} lanes8;
+#define LANES_ZERO {{0, 0, 0, 0}, {0, 0, 0, 0}}
+#define LANE(a, k) ((k) < 4 ? (a).lo[(k) & 3] : (a).hi[(k) & 3])
+#define LANE_ADD(a, k, v) ((k) < 4 ? ((a).lo[(k) & 3] += (v)) : ((a).hi[(k) & 3] += (v)))
+#else
+typedef struct {
+    double v[8];
+} lanes8;
+#define LANES_ZERO {{0}}
+#define LANE(a, k) ((a).v[k])
+#define LANE_ADD(a, k, v) ((a).v[k] += (v))
+#endif
+#define LANES_TOTAL(a) (((LANE(a, 0) + LANE(a, 1)) + (LANE(a, 2) + LANE(a, 3))) + \
+                        ((LANE(a, 4) + LANE(a, 5)) + (LANE(a, 6) + LANE(a, 7))))
+
+static inline double sum_d(const float *x, int64_t n) {
+    lanes8 a = LANES_ZERO;
+    int64_t i = 0;
+#if defined(__GNUC__)
+    for (; i + 8 <= n; i += 8) {
+        a.lo += ld4(x + i);
+        a.hi += ld4(x + i + 4);
+    }
+#endif
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) LANE_ADD(a, k, (double)x[i + k]);
+    for (int k = 0; i < n; i++, k++) LANE_ADD(a, k, (double)x[i]);
+    return LANES_TOTAL(a);
+}
+
+/* sum of x*y in double (each product exact) */
+static inline double dot_d(const float *x, const float *y, int64_t n) {
+    lanes8 a = LANES_ZERO;
+    int64_t i = 0;
+#if defined(__GNUC__)
+    for (; i + 8 <= n; i += 8) {
+        a.lo += ld4(x + i) * ld4(y + i);
+        a.hi += ld4(x + i + 4) * ld4(y + i + 4);
+    }
+#endif
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) LANE_ADD(a, k, (double)x[i + k] * y[i + k]);
+    for (int k = 0; i < n; i++, k++) LANE_ADD(a, k, (double)x[i] * y[i]);
+    return LANES_TOTAL(a);
+}
+
+/* sum of (x - mu)^2 in double */
+static inline double sqdev_d(const float *x, int64_t n, double mu) {
+    lanes8 a = LANES_ZERO;
+    int64_t i = 0;
+#if defined(__GNUC__)
+    for (; i + 8 <= n; i += 8) {
+        v4d d0 = ld4(x + i) - mu, d1 = ld4(x + i + 4) - mu;
+        a.lo += d0 * d0;
+        a.hi += d1 * d1;
+    }
+#endif
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) {
+            double d = x[i + k] - mu;
+            LANE_ADD(a, k, d * d);
+        }
+    for (int k = 0; i < n; i++, k++) {
+        double d = x[i] - mu;
+        LANE_ADD(a, k, d * d);
+    }
+    return LANES_TOTAL(a);
+}
+
+/* the largest of m and x[...] that is greater than it (NaN never is; the
+ * order of the comparisons can only change the sign of a zero maximum) */
+static inline float max_f(const float *x, int64_t n, float m) {
+    int64_t i = 0;
+#if defined(__GNUC__)
+    typedef float v8f __attribute__((vector_size(32)));
+    typedef int v8i __attribute__((vector_size(32)));
+    typedef float v8f_un __attribute__((vector_size(32), aligned(4), may_alias));
+    if (n >= 16) {
+        v8f a = {m, m, m, m, m, m, m, m}, b = a;
+        for (; i + 16 <= n; i += 16) {
+            v8f u = *(const v8f_un *)(x + i), v = *(const v8f_un *)(x + i + 8);
+            v8i ga = u > a, gb = v > b; /* all ones where greater */
+            a = (v8f)(((v8i)u & ga) | ((v8i)a & ~ga));
+            b = (v8f)(((v8i)v & gb) | ((v8i)b & ~gb));
+        }
+        for (int k = 0; k < 8; k++) {
+            m = a[k] > m ? a[k] : m;
+            m = b[k] > m ? b[k] : m;
         }
     }
+#endif
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* A float sum the way PyTorch's vectorized reductions (vec::reduce_all, 16
+ * lanes) add: fewer than 16 elements in order, else 16 running sums, the
+ * tail into the first lanes, then lanes i and i^8, i^4, i^2, i^1 pairwise. */
+static float sum_lanes_f(const float *v, int64_t n) {
+    if (n < 16) {
+        float s = n ? v[0] : 0.0f;
+        for (int64_t i = 1; i < n; i++) s += v[i];
+        return s;
+    }
+    float a[16], b[16];
+    memcpy(a, v, sizeof a);
+    int64_t d = 16;
+    for (; d + 16 <= n; d += 16)
+        for (int k = 0; k < 16; k++) a[k] += v[d + k];
+    for (int k = 0; d + k < n; k++) a[k] += v[d + k];
+    for (int w = 8; w >= 1; w >>= 1) {
+        for (int k = 0; k < 16; k++) b[k] = a[k] + a[k ^ w];
+        memcpy(a, b, sizeof a);
+    }
+    return a[0];
+}
+
+/* ---------------------------------------------------- views of rows */
+
+/* v's first k dims */
+static sim_view head_view(const sim_view *v, int k) {
+    sim_view h = *v;
+    h.ndim = k;
+    return h;
+}
+
+/* v without dim */
+static sim_view drop_dim(const sim_view *v, int dim) {
+    sim_view r = *v;
+    for (int d = dim; d + 1 < v->ndim; d++) {
+        r.shape[d] = v->shape[d + 1];
+        r.strides[d] = v->strides[d + 1];
+    }
+    r.ndim = v->ndim - 1;
+    return r;
+}
+
+/* 1 (and the stride) if v's last k dims are one strided run of elements */
+static int tail_run(const sim_view *v, int k, int64_t *stride) {
+    int64_t st = 1, next = 0;
+    int first = 1;
+    for (int d = v->ndim - 1; d >= v->ndim - k; d--) {
+        if (v->shape[d] == 1) continue;
+        if (first) {
+            st = v->strides[d];
+            first = 0;
+        } else if (v->strides[d] != next) {
+            return 0;
+        }
+        next = v->strides[d] * v->shape[d];
+    }
+    *stride = st;
+    return 1;
+}
+
+/* An operand walked as rows of its last k dims: the view itself when they
+ * form one strided run, else a dense copy (an output is copied back by
+ * rows_close). */
+typedef struct {
+    sim_view v;
+    const sim_view *dst;
+    void *own;
+    int64_t rs; /* element stride along a row */
+} rowed;
+
+static void rows_open(rowed *r, const sim_view *v, int k, int output) {
+    r->v = *v;
+    r->dst = NULL;
+    r->own = NULL;
+    r->rs = 1;
+    if (!v->present || tail_run(v, k, &r->rs)) return;
+    r->v = dense_like(v, v->dtype, &r->own);
+    r->rs = 1;
+    if (output) r->dst = v;
+    else copy_view(v, &r->v);
+}
+
+static void rows_close(rowed *r) {
+    if (r->dst) copy_view(&r->v, r->dst);
+    free(r->own);
+}
+
+/* ------------------------------------------------------------ reductions */
+
+/* A reduction pass: fn sees each run of `in` (as float) with the index o,
+ * into acc (or any array over the kept dims, row-major), of its first
+ * element and the step between its elements' indices (0 when the run walks
+ * reduced dims: all of it goes to o).  Runs follow `in`'s memory order, not
+ * its logical one: the order in which a kept element's terms arrive changes,
+ * which sums in double make immaterial. */
+typedef void (*red_fn)(void *ctx, const float *x, int64_t n, int64_t o, int64_t step);
+
+/* The iteration of reduce_walk: operand 0 is `in`, operand 1 the kept index
+ * riding along in 1-byte steps through acc (kept doubles, so every such
+ * address lies inside it). */
+static int reduce_iter(sim_iter *it, const sim_view *in, uint32_t reduce, double *acc) {
+    int nd = in->ndim, perm[SIM_MAX_DIMS];
+    int64_t ost[SIM_MAX_DIMS], s = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        ost[d] = (reduce & (1u << d)) ? 0 : s;
+        if (!(reduce & (1u << d))) s *= in->shape[d];
+    }
+    for (int d = 0; d < nd; d++) { /* dims by decreasing stride, stable */
+        int i = d;
+        for (; i > 0 && in->strides[perm[i - 1]] < in->strides[d]; i--) perm[i] = perm[i - 1];
+        perm[i] = d;
+    }
+    int64_t shape[SIM_MAX_DIMS], ist[SIM_MAX_DIMS], kst[SIM_MAX_DIMS];
+    for (int d = 0; d < nd; d++) {
+        shape[d] = in->shape[perm[d]];
+        ist[d] = in->strides[perm[d]];
+        kst[d] = ost[perm[d]];
+    }
+    char *base[2] = {in->base, (char *)acc};
+    const int64_t *strides[2] = {ist, kst};
+    int64_t es[2] = {(int64_t)sim_dtype_size(in->dtype), 1};
+    return sim_iter_init(it, nd, shape, 2, base, strides, es);
+}
+
+static void reduce_walk(const sim_view *in, uint32_t reduce, double *acc, red_fn fn, void *ctx) {
+    sim_iter it;
+    if (!reduce_iter(&it, in, reduce, acc)) return;
+    int64_t es = (int64_t)sim_dtype_size(in->dtype);
+    float buf[BLK];
+    do {
+        int64_t o = it.p[1] - (char *)acc;
+        for (int64_t j = 0; j < it.n; j += BLK) {
+            int64_t m = imin(BLK, it.n - j);
+            const float *x = ld_f(buf, it.p[0] + j * it.s[0] * es, in->dtype, it.s[0], m);
+            fn(ctx, x, m, o + j * it.s[1], it.s[1]);
+        }
+    } while (sim_iter_next(&it));
+}
+
+static void red_sum(void *ctx, const float *x, int64_t n, int64_t o, int64_t step) {
+    double *acc = ctx;
+    if (step == 1) for (int64_t i = 0; i < n; i++) acc[o + i] += x[i];
+    else if (step) for (int64_t i = 0; i < n; i++) acc[o + i * step] += x[i];
+    else acc[o] += sum_d(x, n);
+}
+
+/* acc += the sums of `in` over the reduced dims.  Short runs along kept
+ * elements (channels-last pixels summed over the image) that land on the
+ * same acc run row after row go through four interleaved partial sums
+ * first, so that one row's additions need not wait for the previous row's. */
+static void sum_walk(const sim_view *in, uint32_t reduce, double *acc) {
+    sim_iter it;
+    if (!reduce_iter(&it, in, reduce, acc)) return;
+    if (it.s[1] != 1 || it.n > 64 || it.nd < 2) {
+        reduce_walk(in, reduce, acc, red_sum, acc);
+        return;
+    }
+    const int64_t n = it.n;
+    double part[4][64];
+    float buf[64];
+    int64_t at = -1, rows = 0;
+    do {
+        int64_t o = it.p[1] - (char *)acc;
+        if (o != at) {
+            for (int64_t i = 0; at >= 0 && i < n; i++)
+                acc[at + i] += (part[0][i] + part[1][i]) + (part[2][i] + part[3][i]);
+            for (int k = 0; k < 4; k++) memset(part[k], 0, (size_t)n * sizeof(double));
+            at = o;
+            rows = 0;
+        }
+        const float *x = ld_f(buf, it.p[0], in->dtype, it.s[0], n);
+        double *pp = part[rows++ & 3];
+        for (int64_t i = 0; i < n; i++) pp[i] += x[i];
+    } while (sim_iter_next(&it));
+    for (int64_t i = 0; i < n; i++) acc[at + i] += (part[0][i] + part[1][i]) + (part[2][i] + part[3][i]);
 }
 
 /* ------------------------------------------------------------------ GEMM */
@@ -730,21 +1869,14 @@ sim_status simk_gemm_u8(const char *fn, const char *kernel, const sim_view *a, c
 }
 
 void simk_s8_to_u8(const sim_view *src, const sim_view *dst) {
-    int64_t n = sim_numel(dst);
-    int nd = dst->ndim;
-    int64_t idx[SIM_MAX_DIMS] = {0};
-    for (int64_t i = 0; i < n; i++) {
-        int64_t so = 0, doff = 0;
-        for (int d = 0; d < nd; d++) {
-            so += idx[d] * src->strides[d];
-            doff += idx[d] * dst->strides[d];
-        }
-        *(uint8_t *)(dst->base + doff) = (uint8_t)((int)*(const int8_t *)(src->base + so) + 128);
-        for (int d = nd - 1; d >= 0; d--) {
-            if (++idx[d] < dst->shape[d]) break;
-            idx[d] = 0;
-        }
-    }
+    const sim_view *ops[2] = {dst, src};
+    sim_iter it;
+    if (!sim_iter_views(&it, 2, ops)) return;
+    do {
+        uint8_t *d = (uint8_t *)it.p[0];
+        const int8_t *s = (const int8_t *)it.p[1];
+        for (int64_t i = 0; i < it.n; i++) d[i * it.s[0]] = (uint8_t)((int)s[i * it.s[1]] + 128);
+    } while (sim_iter_next(&it));
 }
 
 /* ------------------------------------------------------------- conv/pool */
@@ -763,27 +1895,6 @@ static sim_status check_out_shape4(const char *fn, const sim_view *out, int64_t 
         return sim_fail(SIM_E_INVALID_VALUE, fn, "output must be NHWC [%lld, %lld, %lld, %lld]",
                         (long long)n, (long long)h, (long long)w, (long long)c);
     return SIM_OK;
-}
-
-/* Bytes [lo, hi) a view can touch. */
-static void view_span(const sim_view *v, intptr_t *lo, intptr_t *hi) {
-    int64_t mn = 0, mx = 0;
-    for (int d = 0; d < v->ndim; d++) {
-        int64_t off = (v->shape[d] - 1) * v->strides[d];
-        if (off < 0) mn += off;
-        else mx += off;
-    }
-    int64_t es = (int64_t)sim_dtype_size(v->dtype);
-    *lo = (intptr_t)v->base + (intptr_t)(mn * es);
-    *hi = (intptr_t)v->base + (intptr_t)((mx + 1) * es);
-}
-
-static int views_overlap(const sim_view *a, const sim_view *b) {
-    if (sim_numel(a) == 0 || sim_numel(b) == 0) return 0;
-    intptr_t alo, ahi, blo, bhi;
-    view_span(a, &alo, &ahi);
-    view_span(b, &blo, &bhi);
-    return alo < bhi && blo < ahi;
 }
 
 /* Small float copies and clears as fixed 64-byte moves, which compile to
@@ -959,6 +2070,14 @@ sim_status simk_conv2d_nhwc(const char *fn, const char *kernel, const sim_view *
     return SIM_OK;
 }
 
+/* v's elements in row-major order as float: v's own memory when it is dense
+ * float32, else a gathered copy (*own, to free). */
+static const float *dense_f(const sim_view *v, float **own) {
+    *own = NULL;
+    if (v->dtype == SIM_F32 && sim_is_contiguous(v)) return (const float *)v->base;
+    return *own = gather_or_die(v);
+}
+
 sim_status simk_max_pool2d_nhwc(const char *fn, const char *kernel, const sim_view *in, const int64_t *k,
                                 const int64_t *stride, const int64_t *pad, const int64_t *dil,
                                 const sim_view *out, const sim_view *indices) {
@@ -976,60 +2095,79 @@ sim_status simk_max_pool2d_nhwc(const char *fn, const char *kernel, const sim_vi
     if (out->dtype != in->dtype) return sim_fail(SIM_E_UNSUPPORTED, fn, "mixed dtypes");
     sim_status lst = sim_launch(kernel, fn);
     if (lst) return lst;
-    float *X = gather_or_die(in);
+    float *own;
+    const float *X = dense_f(in, &own);
     float *Y = alloc_f(N * OH * OW * C);
-    int64_t *I = indices->present ? calloc((size_t)(N * OH * OW * C + 1), 8) : NULL;
+    int64_t *I = xmalloc((size_t)(N * OH * OW * C) * sizeof(int64_t));
+    /* one output pixel at a time, all channels together: the window visited
+     * in the same order for every channel as a per-channel loop would */
     for (int64_t n = 0; n < N; n++)
         for (int64_t oh = 0; oh < OH; oh++)
-            for (int64_t ow = 0; ow < OW; ow++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                /* PyTorch's rule: start at the first in-bounds element,
+                 * take anything larger, and let NaN win. */
+                int64_t h0 = oh * stride[0] - pad[0], w0 = ow * stride[1] - pad[1];
+                int64_t fh = h0, fw = w0;
+                while (fh < 0) fh += dil[0];
+                while (fw < 0) fw += dil[1];
+                int64_t o = ((n * OH + oh) * OW + ow) * C;
+                float *y = Y + o;
+                int64_t *ix = I + o;
                 for (int64_t c = 0; c < C; c++) {
-                    /* PyTorch's rule: start at the first in-bounds element,
-                     * take anything larger, and let NaN win. */
-                    float best = -INFINITY;
-                    int64_t h0 = oh * stride[0] - pad[0], w0 = ow * stride[1] - pad[1];
-                    int64_t fh = h0, fw = w0;
-                    while (fh < 0) fh += dil[0];
-                    while (fw < 0) fw += dil[1];
-                    int64_t arg = fh * W + fw;
-                    for (int64_t kh = 0; kh < k[0]; kh++) {
-                        int64_t ih = h0 + kh * dil[0];
-                        if (ih < 0 || ih >= H) continue;
-                        for (int64_t kw = 0; kw < k[1]; kw++) {
-                            int64_t iw = w0 + kw * dil[1];
-                            if (iw < 0 || iw >= W) continue;
-                            float v = X[((n * H + ih) * W + iw) * C + c];
-                            if (v > best || isnan(v)) {
-                                best = v;
-                                arg = ih * W + iw;
-                            }
+                    y[c] = -INFINITY;
+                    ix[c] = fh * W + fw;
+                }
+                for (int64_t kh = 0; kh < k[0]; kh++) {
+                    int64_t ih = h0 + kh * dil[0];
+                    if (ih < 0 || ih >= H) continue;
+                    for (int64_t kw = 0; kw < k[1]; kw++) {
+                        int64_t iw = w0 + kw * dil[1];
+                        if (iw < 0 || iw >= W) continue;
+                        const float *xr = X + ((n * H + ih) * W + iw) * C;
+                        const int64_t arg = ih * W + iw;
+                        for (int64_t c = 0; c < C; c++) {
+                            float v = xr[c];
+                            int take = v > y[c] || v != v;
+                            y[c] = take ? v : y[c];
+                            ix[c] = take ? arg : ix[c];
                         }
                     }
-                    int64_t o = ((n * OH + oh) * OW + ow) * C + c;
-                    Y[o] = best;
-                    if (I) I[o] = arg;
                 }
+            }
     sim_scatter(Y, out);
-    if (I) {
-        int64_t o = 0;
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t oh = 0; oh < OH; oh++)
-                for (int64_t ow = 0; ow < OW; ow++)
-                    for (int64_t c = 0; c < C; c++, o++)
-                        memcpy(indices->base + (n * indices->strides[0] + oh * indices->strides[1] +
-                                                ow * indices->strides[2] + c * indices->strides[3]) * 8,
-                               &I[o], 8);
-    }
-    free(X); free(Y); free(I);
+    if (indices->present) scatter_i(I, indices);
+    free(own); free(Y); free(I);
     return SIM_OK;
 }
 
-/* Sum of channel c over rows [hs, he) and columns [ws, we) of image n (NHWC). */
-static float window_sum(const float *X, int64_t n, int64_t H, int64_t W, int64_t C, int64_t c,
-                        int64_t hs, int64_t he, int64_t ws, int64_t we) {
-    float s = 0;
+/* PyTorch's average-pool window of output (oh, ow): rows [hs, he), columns
+ * [ws, we) clipped to the input, and its divisor. */
+static int64_t avg_window(int64_t oh, int64_t ow, const int64_t *k, const int64_t *stride, const int64_t *pad,
+                          int64_t H, int64_t W, int count_include_pad, int64_t divisor_override, int64_t *hs,
+                          int64_t *he, int64_t *ws, int64_t *we) {
+    /* the pool size counts padding up to the padded edge, then the window is clipped */
+    *hs = oh * stride[0] - pad[0];
+    *ws = ow * stride[1] - pad[1];
+    *he = *hs + k[0] < H + pad[0] ? *hs + k[0] : H + pad[0];
+    *we = *ws + k[1] < W + pad[1] ? *ws + k[1] : W + pad[1];
+    int64_t pool = (*he - *hs) * (*we - *ws);
+    if (*hs < 0) *hs = 0;
+    if (*ws < 0) *ws = 0;
+    if (*he > H) *he = H;
+    if (*we > W) *we = W;
+    return divisor_override ? divisor_override : count_include_pad ? pool : (*he - *hs) * (*we - *ws);
+}
+
+/* s[c] = sum of channel c over rows [hs, he) and columns [ws, we) of image n
+ * (NHWC), added in window order */
+static void window_sum(float *s, const float *X, int64_t n, int64_t H, int64_t W, int64_t C, int64_t hs,
+                       int64_t he, int64_t ws, int64_t we) {
+    for (int64_t c = 0; c < C; c++) s[c] = 0.0f;
     for (int64_t ih = hs; ih < he; ih++)
-        for (int64_t iw = ws; iw < we; iw++) s += X[((n * H + ih) * W + iw) * C + c];
-    return s;
+        for (int64_t iw = ws; iw < we; iw++) {
+            const float *xr = X + ((n * H + ih) * W + iw) * C;
+            for (int64_t c = 0; c < C; c++) s[c] += xr[c];
+        }
 }
 
 sim_status simk_avg_pool2d_nhwc(const char *fn, const char *kernel, const sim_view *in, const int64_t *k,
@@ -1043,30 +2181,26 @@ sim_status simk_avg_pool2d_nhwc(const char *fn, const char *kernel, const sim_vi
     if (out->dtype != in->dtype) return sim_fail(SIM_E_UNSUPPORTED, fn, "mixed dtypes");
     sim_status lst = sim_launch(kernel, fn);
     if (lst) return lst;
-    float *X = gather_or_die(in);
+    float *own;
+    const float *X = dense_f(in, &own);
     float *Y = alloc_f(N * OH * OW * C);
     for (int64_t n = 0; n < N; n++)
         for (int64_t oh = 0; oh < OH; oh++)
             for (int64_t ow = 0; ow < OW; ow++) {
-                /* PyTorch's window rule: the pool size counts padding up to the
-                 * padded edge, then the window is clipped to the input. */
-                int64_t hs = oh * stride[0] - pad[0], ws = ow * stride[1] - pad[1];
-                int64_t he = hs + k[0] < H + pad[0] ? hs + k[0] : H + pad[0];
-                int64_t we = ws + k[1] < W + pad[1] ? ws + k[1] : W + pad[1];
-                int64_t pool = (he - hs) * (we - ws);
-                if (hs < 0) hs = 0;
-                if (ws < 0) ws = 0;
-                if (he > H) he = H;
-                if (we > W) we = W;
-                int64_t div = divisor_override ? divisor_override
-                              : count_include_pad ? pool : (he - hs) * (we - ws);
-                for (int64_t c = 0; c < C; c++) {
-                    float s = window_sum(X, n, H, W, C, c, hs, he, ws, we);
-                    Y[((n * OH + oh) * OW + ow) * C + c] = div ? s / (float)div : NAN;
+                int64_t hs, he, ws, we;
+                int64_t div = avg_window(oh, ow, k, stride, pad, H, W, count_include_pad, divisor_override,
+                                         &hs, &he, &ws, &we);
+                float *y = Y + ((n * OH + oh) * OW + ow) * C;
+                window_sum(y, X, n, H, W, C, hs, he, ws, we);
+                if (div) {
+                    float d = (float)div;
+                    for (int64_t c = 0; c < C; c++) y[c] = y[c] / d;
+                } else {
+                    for (int64_t c = 0; c < C; c++) y[c] = NAN;
                 }
             }
     sim_scatter(Y, out);
-    free(X);
+    free(own);
     free(Y);
     return SIM_OK;
 }
@@ -1081,20 +2215,33 @@ sim_status simk_adaptive_avg_pool2d_nhwc(const char *fn, const char *kernel, con
     if (out->dtype != in->dtype) return sim_fail(SIM_E_UNSUPPORTED, fn, "mixed dtypes");
     sim_status lst = sim_launch(kernel, fn);
     if (lst) return lst;
-    float *X = gather_or_die(in);
+    if (OH == 1 && OW == 1) {
+        /* one window covering the plane: its mean, summed in double where
+         * the window loop would add in float (PyTorch runs a mean here too) */
+        double *acc = alloc_d(N * C);
+        float *Y = alloc_f(N * C);
+        sum_walk(in, 0x6u, acc); /* over H and W */
+        for (int64_t i = 0; i < N * C; i++) Y[i] = (float)(acc[i] / (double)(H * W));
+        sim_scatter(Y, out);
+        free(acc);
+        free(Y);
+        return SIM_OK;
+    }
+    float *own;
+    const float *X = dense_f(in, &own);
     float *Y = alloc_f(N * OH * OW * C);
     for (int64_t n = 0; n < N; n++)
         for (int64_t oh = 0; oh < OH; oh++) {
             int64_t hs = (oh * H) / OH, he = ((oh + 1) * H + OH - 1) / OH;
             for (int64_t ow = 0; ow < OW; ow++) {
                 int64_t ws = (ow * W) / OW, we = ((ow + 1) * W + OW - 1) / OW;
-                for (int64_t c = 0; c < C; c++)
-                    Y[((n * OH + oh) * OW + ow) * C + c] =
-                        window_sum(X, n, H, W, C, c, hs, he, ws, we) / (float)((he - hs) * (we - ws));
+                float *y = Y + ((n * OH + oh) * OW + ow) * C, area = (float)((he - hs) * (we - ws));
+                window_sum(y, X, n, H, W, C, hs, he, ws, we);
+                for (int64_t c = 0; c < C; c++) y[c] = y[c] / area;
             }
         }
     sim_scatter(Y, out);
-    free(X);
+    free(own);
     free(Y);
     return SIM_OK;
 }
@@ -1231,12 +2378,13 @@ sim_status simk_max_pool2d_backward_nhwc(const char *fn, const char *kernel, con
         free(I);
         return st;
     }
-    float *G = gather_or_die(dy), *R = alloc_f(N * H * W * C);
+    float *own, *R = alloc_f(N * H * W * C);
+    const float *G = dense_f(dy, &own);
     for (int64_t n = 0, i = 0; n < N; n++)
         for (int64_t p = 0; p < OH * OW; p++)
             for (int64_t c = 0; c < C; c++, i++) R[(n * H * W + I[i]) * C + c] += G[i];
     sim_scatter(R, dx);
-    free(I); free(G); free(R);
+    free(I); free(own); free(R);
     return SIM_OK;
 }
 
@@ -1248,30 +2396,33 @@ sim_status simk_avg_pool2d_backward_nhwc(const char *fn, const char *kernel, con
     if ((st = pool_grad_shapes(fn, dy, dx, &H, &W, &OH, &OW))) return st;
     if ((st = sim_launch(kernel, fn))) return st;
     int64_t N = dx->shape[0], C = dx->shape[3];
-    float *G = gather_or_die(dy), *R = alloc_f(N * H * W * C);
+    float *own, *R = alloc_f(N * H * W * C), *g = alloc_f(C);
+    const float *G = dense_f(dy, &own);
+    /* each input element gathers its share from the windows covering it, in (oh, ow) order */
     for (int64_t n = 0; n < N; n++)
         for (int64_t oh = 0; oh < OH; oh++)
             for (int64_t ow = 0; ow < OW; ow++) {
-                /* the forward's window rule (see simk_avg_pool2d_nhwc) */
-                int64_t hs = oh * stride[0] - pad[0], ws = ow * stride[1] - pad[1];
-                int64_t he = hs + k[0] < H + pad[0] ? hs + k[0] : H + pad[0];
-                int64_t we = ws + k[1] < W + pad[1] ? ws + k[1] : W + pad[1];
-                int64_t pool = (he - hs) * (we - ws);
-                if (hs < 0) hs = 0;
-                if (ws < 0) ws = 0;
-                if (he > H) he = H;
-                if (we > W) we = W;
-                int64_t div = divisor_override ? divisor_override : count_include_pad ? pool : (he - hs) * (we - ws);
-                for (int64_t c = 0; c < C; c++) {
-                    float g = G[((n * OH + oh) * OW + ow) * C + c] / (float)div;
-                    for (int64_t ih = hs; ih < he; ih++)
-                        for (int64_t iw = ws; iw < we; iw++) R[((n * H + ih) * W + iw) * C + c] += g;
-                }
+                int64_t hs, he, ws, we;
+                int64_t div = avg_window(oh, ow, k, stride, pad, H, W, count_include_pad, divisor_override,
+                                         &hs, &he, &ws, &we);
+                const float *gr = G + ((n * OH + oh) * OW + ow) * C;
+                for (int64_t c = 0; c < C; c++) g[c] = gr[c] / (float)div;
+                for (int64_t ih = hs; ih < he; ih++)
+                    for (int64_t iw = ws; iw < we; iw++) {
+                        float *r = R + ((n * H + ih) * W + iw) * C;
+                        for (int64_t c = 0; c < C; c++) r[c] += g[c];
+                    }
             }
     sim_scatter(R, dx);
-    free(G);
+    free(own);
     free(R);
+    free(g);
     return SIM_OK;
+}
+
+static void share_f(const void *vc, float *o, const float *const *x, int64_t n) {
+    const float area = *(const float *)vc, *g = x[0];
+    for (int64_t i = 0; i < n; i++) o[i] = 0.0f + g[i] / area; /* as accumulated into zeros */
 }
 
 sim_status simk_adaptive_avg_pool2d_backward_nhwc(const char *fn, const char *kernel, const sim_view *dy,
@@ -1281,23 +2432,38 @@ sim_status simk_adaptive_avg_pool2d_backward_nhwc(const char *fn, const char *ke
     if ((st = pool_grad_shapes(fn, dy, dx, &H, &W, &OH, &OW))) return st;
     if ((st = sim_launch(kernel, fn))) return st;
     int64_t N = dx->shape[0], C = dx->shape[3];
-    float *G = gather_or_die(dy), *R = alloc_f(N * H * W * C);
+    if (OH == 1 && OW == 1) { /* every input element gets its plane's share */
+        sim_view g1 = *dy;
+        g1.shape[1] = H;
+        g1.shape[2] = W;
+        g1.strides[1] = g1.strides[2] = 0;
+        const sim_view *gv = &g1;
+        float area = (float)(H * W);
+        ew_float(dx, 1, &gv, share_f, &area);
+        sim_corrupt_output(dx);
+        return SIM_OK;
+    }
+    float *own, *R = alloc_f(N * H * W * C), *g = alloc_f(C);
+    const float *G = dense_f(dy, &own);
     for (int64_t n = 0; n < N; n++)
         for (int64_t oh = 0; oh < OH; oh++) {
             int64_t hs = (oh * H) / OH, he = ((oh + 1) * H + OH - 1) / OH;
             for (int64_t ow = 0; ow < OW; ow++) {
                 int64_t ws = (ow * W) / OW, we = ((ow + 1) * W + OW - 1) / OW;
                 float area = (float)((he - hs) * (we - ws));
-                for (int64_t c = 0; c < C; c++) {
-                    float g = G[((n * OH + oh) * OW + ow) * C + c] / area;
-                    for (int64_t ih = hs; ih < he; ih++)
-                        for (int64_t iw = ws; iw < we; iw++) R[((n * H + ih) * W + iw) * C + c] += g;
-                }
+                const float *gr = G + ((n * OH + oh) * OW + ow) * C;
+                for (int64_t c = 0; c < C; c++) g[c] = gr[c] / area;
+                for (int64_t ih = hs; ih < he; ih++)
+                    for (int64_t iw = ws; iw < we; iw++) {
+                        float *r = R + ((n * H + ih) * W + iw) * C;
+                        for (int64_t c = 0; c < C; c++) r[c] += g[c];
+                    }
             }
         }
     sim_scatter(R, dx);
-    free(G);
+    free(own);
     free(R);
+    free(g);
     return SIM_OK;
 }
 
@@ -1322,22 +2488,34 @@ sim_status simk_batch_norm_infer(const char *fn, const char *kernel, const sim_v
     }
     sim_status lst = sim_launch(kernel, fn);
     if (lst) return lst;
-    int64_t n = sim_numel(in), inner = 1;
+    int64_t N = in->shape[0], inner = 1;
     for (int d = 2; d < in->ndim; d++) inner *= in->shape[d];
     float *X = gather_or_die(in);
     float *Wv = w->present ? gather_or_die(w) : NULL, *Bv = b->present ? gather_or_die(b) : NULL;
     float *Mv = gather_or_die(mean), *Vv = gather_or_die(var);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t c = (i / inner) % C;
-        float inv = 1.0f / sqrtf(Vv[c] + (float)eps);
-        float y = (X[i] - Mv[c]) * inv;
-        if (Wv) y *= Wv[c];
-        if (Bv) y += Bv[c];
-        X[i] = y;
-    }
+    for (int64_t c = 0; c < C; c++) Vv[c] = 1.0f / sqrtf(Vv[c] + (float)eps); /* now 1/std */
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++) {
+            float *x = X + (n * C + c) * inner, m = Mv[c], inv = Vv[c];
+            for (int64_t i = 0; i < inner; i++) x[i] = (x[i] - m) * inv;
+            if (Wv) for (int64_t i = 0; i < inner; i++) x[i] *= Wv[c];
+            if (Bv) for (int64_t i = 0; i < inner; i++) x[i] += Bv[c];
+        }
     sim_scatter(X, out);
     free(X); free(Wv); free(Bv); free(Mv); free(Vv);
     return SIM_OK;
+}
+
+/* One row: out = (x - mean) * rstd (in double, rounded once) * w + b. */
+static void layer_norm_row(const float *x, float *o, int64_t n, const float *W, const float *B, double eps,
+                           float *mean, float *rstd) {
+    double mu = sum_d(x, n) / (double)n;
+    double rs = 1.0 / sqrt(sqdev_d(x, n, mu) / (double)n + eps);
+    for (int64_t i = 0; i < n; i++) o[i] = (float)((x[i] - mu) * rs);
+    if (W) for (int64_t i = 0; i < n; i++) o[i] *= W[i];
+    if (B) for (int64_t i = 0; i < n; i++) o[i] += B[i];
+    *mean = (float)mu;
+    *rstd = (float)rs;
 }
 
 sim_status simk_layer_norm(const char *fn, const char *kernel, const sim_view *in, int64_t norm_ndim,
@@ -1363,29 +2541,38 @@ sim_status simk_layer_norm(const char *fn, const char *kernel, const sim_view *i
                             i ? "rstd" : "mean", (long long)outer);
     sim_status lst = sim_launch(kernel, fn);
     if (lst) return lst;
-    float *X = gather_or_die(in);
     float *Wv = w->present ? gather_or_die(w) : NULL, *Bv = b->present ? gather_or_die(b) : NULL;
     float *Mo = alloc_f(outer), *Ro = alloc_f(outer);
-    for (int64_t r = 0; r < outer; r++) {
-        float *x = X + r * inner;
-        double s = 0, ss = 0;
-        for (int64_t i = 0; i < inner; i++) s += x[i];
-        double mu = s / (double)inner;
-        for (int64_t i = 0; i < inner; i++) ss += (x[i] - mu) * (x[i] - mu);
-        double rs = 1.0 / sqrt(ss / (double)inner + eps);
-        for (int64_t i = 0; i < inner; i++) {
-            float y = (float)((x[i] - mu) * rs);
-            if (Wv) y *= Wv[i];
-            if (Bv) y += Bv[i];
-            x[i] = y;
-        }
-        Mo[r] = (float)mu;
-        Ro[r] = (float)rs;
-    }
-    sim_scatter(X, out);
+    const sim_view *outs[3] = {out, mean, rstd};
+    held hx;
+    const sim_view *x = hold(&hx, in, outs, 3);
+    int k = (int)norm_ndim, hd = in->ndim - k;
+    rowed rx, ro;
+    rows_open(&rx, x, k, 0);
+    rows_open(&ro, out, k, 1);
+    sim_view xh = head_view(&rx.v, hd), oh = head_view(&ro.v, hd);
+    const sim_view *ops[2] = {&oh, &xh};
+    int64_t xes = (int64_t)sim_dtype_size(x->dtype), oes = (int64_t)sim_dtype_size(out->dtype), r = 0;
+    const int direct = out->dtype == SIM_F32 && ro.rs == 1;
+    float *xb = alloc_f(inner), *ob = alloc_f(inner);
+    sim_iter it;
+    if (inner > 0 && sim_iter_views(&it, 2, ops))
+        do {
+            for (int64_t j = 0; j < it.n; j++, r++) {
+                char *po = it.p[0] + j * it.s[0] * oes;
+                const float *xr = ld_f(xb, it.p[1] + j * it.s[1] * xes, x->dtype, rx.rs, inner);
+                float *o = direct ? (float *)po : ob;
+                layer_norm_row(xr, o, inner, Wv, Bv, eps, &Mo[r], &Ro[r]);
+                if (!direct) cvt_from_f(po, out->dtype, ro.rs, ob, inner);
+            }
+        } while (sim_iter_next(&it));
+    rows_close(&ro);
+    rows_close(&rx);
+    free(hx.own);
+    sim_corrupt_output(out);
     if (mean->present) sim_scatter(Mo, mean);
     if (rstd->present) sim_scatter(Ro, rstd);
-    free(X); free(Wv); free(Bv); free(Mo); free(Ro);
+    free(Wv); free(Bv); free(Mo); free(Ro); free(xb); free(ob);
     return SIM_OK;
 }
 
@@ -1429,30 +2616,12 @@ sim_status simk_reduce(const char *fn, const char *kernel, const sim_view *in, u
                         (long long)sim_numel(out), (long long)kept);
     sim_status lst = sim_launch(kernel, fn);
     if (lst) return lst;
-    float *X = gather_or_die(in);
-    double *acc = calloc((size_t)(kept ? kept : 1), sizeof(double));
-    if (!acc) abort();
-    /* output index = the input's multi-index with reduced dims dropped */
-    int64_t ostride[SIM_MAX_DIMS], s = 1;
-    for (int d = nd - 1; d >= 0; d--) {
-        ostride[d] = (reduce & (1u << d)) ? 0 : s;
-        if (!(reduce & (1u << d))) s *= in->shape[d];
-    }
-    int64_t n = sim_numel(in), idx[SIM_MAX_DIMS] = {0}, o = 0;
-    for (int64_t i = 0; i < n; i++) {
-        acc[o] += X[i];
-        for (int d = nd - 1; d >= 0; d--) {
-            o += ostride[d];
-            if (++idx[d] < in->shape[d]) break;
-            o -= ostride[d] * idx[d];
-            idx[d] = 0;
-        }
-    }
+    double *acc = alloc_d(kept);
+    sum_walk(in, reduce, acc);
     float *R = alloc_f(kept);
     for (int64_t i = 0; i < kept; i++)
         R[i] = (float)(mean ? (count ? acc[i] / (double)count : NAN) : acc[i]);
     sim_scatter(R, out);
-    free(X);
     free(acc);
     free(R);
     return SIM_OK;
@@ -1475,6 +2644,81 @@ static sim_status softmax_geometry(const char *fn, const sim_view *in, int64_t *
     return SIM_OK;
 }
 
+static void softmax_row(const float *x, float *o, int64_t D, unsigned flags) {
+    float mx = max_f(x, D, -INFINITY);
+    if ((flags & SIMK_SOFTMAX_SAFE) && mx == -INFINITY) { /* a fully masked row is all zeros */
+        for (int64_t j = 0; j < D; j++) o[j] = 0.0f;
+        return;
+    }
+    if (flags & SIMK_SOFTMAX_LOG) {
+        double sum = 0;
+        float e[BLK];
+        for (int64_t j = 0; j < D; j += BLK) {
+            int64_t m = imin(BLK, D - j);
+            for (int64_t i = 0; i < m; i++) e[i] = x[j + i] - mx;
+            exp_inplace(e, m);
+            sum += sum_d(e, m);
+        }
+        float lse = logf((float)sum);
+        for (int64_t j = 0; j < D; j++) o[j] = x[j] - mx - lse;
+        return;
+    }
+    for (int64_t j = 0; j < D; j++) o[j] = x[j] - mx;
+    exp_inplace(o, D);
+    double sum = sum_d(o, D);
+    if (flags & SIMK_SOFTMAX_GENERIC) {
+        /* the vendor's generic path divides */
+        float s = (float)sum;
+        for (int64_t j = 0; j < D; j++) o[j] = o[j] / s;
+    } else {
+        float inv = (float)(1.0 / sum);
+        for (int64_t j = 0; j < D; j++) o[j] = o[j] * inv;
+    }
+}
+
+/* Runs fn on every row along dim: the nin inputs' rows as float, out's row to write. */
+typedef void (*dimrow_fn)(const void *ctx, const float *const *x, float *o, int64_t D);
+
+static void along_dim(const sim_view *out, int nin, const sim_view *const *ins, int64_t dim, dimrow_fn fn,
+                      const void *ctx) {
+    held h[2];
+    const sim_view *v[3] = {out};
+    for (int k = 0; k < nin; k++) v[k + 1] = hold(&h[k], ins[k], &out, 1);
+    int nd = out->ndim;
+    int64_t D = nd ? out->shape[dim] : 1, rs[3], es[3];
+    sim_view heads[3];
+    const sim_view *ops[3];
+    for (int k = 0; k <= nin; k++) {
+        rs[k] = nd ? v[k]->strides[dim] : 0;
+        es[k] = (int64_t)sim_dtype_size(v[k]->dtype);
+        heads[k] = nd ? drop_dim(v[k], (int)dim) : *v[k];
+        ops[k] = &heads[k];
+    }
+    float *buf = alloc_f((nin + 1) * D);
+    const float *x[2];
+    const int direct = out->dtype == SIM_F32 && rs[0] == 1;
+    sim_iter it;
+    if (D > 0 && sim_iter_views(&it, nin + 1, ops))
+        do {
+            for (int64_t j = 0; j < it.n; j++) {
+                for (int k = 0; k < nin; k++)
+                    x[k] = ld_f(buf + (k + 1) * D, it.p[k + 1] + j * it.s[k + 1] * es[k + 1], v[k + 1]->dtype,
+                                rs[k + 1], D);
+                char *po = it.p[0] + j * it.s[0] * es[0];
+                float *o = direct ? (float *)po : buf;
+                fn(ctx, x, o, D);
+                if (!direct) cvt_from_f(po, out->dtype, rs[0], buf, D);
+            }
+        } while (sim_iter_next(&it));
+    free(buf);
+    for (int k = 0; k < nin; k++) free(h[k].own);
+    sim_corrupt_output(out);
+}
+
+static void softmax_fn(const void *ctx, const float *const *x, float *o, int64_t D) {
+    softmax_row(x[0], o, D, *(const unsigned *)ctx);
+}
+
 sim_status simk_softmax(const char *fn, const char *kernel, const sim_view *in, int64_t dim, unsigned flags,
                         const sim_view *out) {
     int64_t D, outer, inner;
@@ -1483,33 +2727,23 @@ sim_status simk_softmax(const char *fn, const char *kernel, const sim_view *in, 
         (st = simk_check_same(fn, "input", in, out)) || (st = need_float_dt(fn, "input", in)))
         return st;
     if ((st = sim_launch(kernel, fn))) return st;
-    float *X = gather_or_die(in);
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t i = 0; i < inner; i++) {
-            float *x = X + o * D * inner + i;
-            float mx = -INFINITY;
-            for (int64_t j = 0; j < D; j++)
-                if (x[j * inner] > mx) mx = x[j * inner];
-            if ((flags & SIMK_SOFTMAX_SAFE) && mx == -INFINITY) { /* a fully masked row is all zeros */
-                for (int64_t j = 0; j < D; j++) x[j * inner] = 0.0f;
-                continue;
-            }
-            double sum = 0;
-            for (int64_t j = 0; j < D; j++) sum += expf(x[j * inner] - mx);
-            if (flags & SIMK_SOFTMAX_LOG) {
-                float lse = logf((float)sum);
-                for (int64_t j = 0; j < D; j++) x[j * inner] = x[j * inner] - mx - lse;
-            } else if (flags & SIMK_SOFTMAX_GENERIC) {
-                /* the vendor's generic path: recomputes exp and divides */
-                for (int64_t j = 0; j < D; j++) x[j * inner] = expf(x[j * inner] - mx) / (float)sum;
-            } else {
-                float inv = (float)(1.0 / sum);
-                for (int64_t j = 0; j < D; j++) x[j * inner] = expf(x[j * inner] - mx) * inv;
-            }
-        }
-    sim_scatter(X, out);
-    free(X);
+    along_dim(out, 1, &in, dim, softmax_fn, &flags);
     return SIM_OK;
+}
+
+static void softmax_bwd_fn(const void *ctx, const float *const *x, float *o, int64_t D) {
+    const float *g = x[0], *y = x[1];
+    if (*(const int *)ctx) { /* d log_softmax: g - exp(y) * sum(g) */
+        float s = (float)sum_d(g, D), e[BLK];
+        for (int64_t j = 0; j < D; j += BLK) {
+            int64_t m = imin(BLK, D - j);
+            exp_run(e, y + j, m);
+            for (int64_t i = 0; i < m; i++) o[j + i] = g[j + i] - e[i] * s;
+        }
+    } else { /* d softmax: y * (g - sum(g * y)) */
+        float s = (float)dot_d(g, y, D);
+        for (int64_t j = 0; j < D; j++) o[j] = y[j] * (g[j] - s);
+    }
 }
 
 sim_status simk_softmax_backward(const char *fn, const char *kernel, const sim_view *grad, const sim_view *y,
@@ -1521,24 +2755,8 @@ sim_status simk_softmax_backward(const char *fn, const char *kernel, const sim_v
         (st = need_float_dt(fn, "output", y)))
         return st;
     if ((st = sim_launch(kernel, fn))) return st;
-    float *G = gather_or_die(grad), *Y = gather_or_die(y);
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t i = 0; i < inner; i++) {
-            float *g = G + o * D * inner + i, *yy = Y + o * D * inner + i;
-            double acc = 0;
-            if (log) { /* d log_softmax: g - exp(y) * sum(g) */
-                for (int64_t j = 0; j < D; j++) acc += g[j * inner];
-                float s = (float)acc;
-                for (int64_t j = 0; j < D; j++) g[j * inner] = g[j * inner] - expf(yy[j * inner]) * s;
-            } else { /* d softmax: y * (g - sum(g * y)) */
-                for (int64_t j = 0; j < D; j++) acc += (double)g[j * inner] * yy[j * inner];
-                float s = (float)acc;
-                for (int64_t j = 0; j < D; j++) g[j * inner] = yy[j * inner] * (g[j * inner] - s);
-            }
-        }
-    sim_scatter(G, out);
-    free(G);
-    free(Y);
+    const sim_view *ins[2] = {grad, y};
+    along_dim(out, 2, ins, dim, softmax_bwd_fn, &log);
     return SIM_OK;
 }
 
@@ -1555,40 +2773,55 @@ sim_status simk_embedding(const char *fn, const char *kernel, const sim_view *we
             return sim_fail(SIM_E_INVALID_VALUE, fn, "output must be indices.shape + [%lld]",
                             (long long)D);
     if (out->dtype != weight->dtype) return sim_fail(SIM_E_UNSUPPORTED, fn, "mixed dtypes");
-    int64_t n = sim_numel(indices), idx[SIM_MAX_DIMS] = {0};
-    size_t es = sim_dtype_size(out->dtype), is = sim_dtype_size(indices->dtype);
     /* check every index before writing anything, then launch */
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1) {
-            sim_status lst = sim_launch(kernel, fn);
-            if (lst) return lst;
+    int64_t n = sim_numel(indices), *idx = gather_i_or_die(indices);
+    for (int64_t i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= V) {
+            long long bad = (long long)idx[i];
+            free(idx);
+            return sim_fail(SIM_E_DATA, fn, "index %lld out of range [0, %lld)", bad, (long long)V);
         }
-        memset(idx, 0, sizeof idx);
-        for (int64_t i = 0; i < n; i++) {
-            int64_t io = 0, oo = 0;
-            for (int d = 0; d < indices->ndim; d++) {
-                io += idx[d] * indices->strides[d];
-                oo += idx[d] * out->strides[d];
-            }
-            int64_t row = (int64_t)sim_load(indices->base + io * (int64_t)is, indices->dtype);
-            if (pass == 0 && (row < 0 || row >= V))
-                return sim_fail(SIM_E_DATA, fn, "index %lld out of range [0, %lld)", (long long)row,
-                                (long long)V);
-            if (pass == 1)
-                for (int64_t j = 0; j < D; j++)
-                    memcpy(out->base + (oo + j * out->strides[out->ndim - 1]) * (int64_t)es,
-                           weight->base + (row * weight->strides[0] + j * weight->strides[1]) * (int64_t)es,
-                           es);
-            for (int d = indices->ndim - 1; d >= 0; d--) {
-                if (++idx[d] < indices->shape[d]) break;
-                idx[d] = 0;
-            }
-        }
+    sim_status lst = sim_launch(kernel, fn);
+    if (lst) {
+        free(idx);
+        return lst;
     }
+    held hw;
+    const sim_view *wt = hold(&hw, weight, &out, 1);
+    size_t es = sim_dtype_size(out->dtype);
+    int64_t os = out->strides[out->ndim - 1];
+    sim_view pos = head_view(out, out->ndim - 1); /* one output row per index */
+    const sim_view *ops[1] = {&pos};
+    sim_iter it;
+    int64_t i = 0;
+    if (D > 0 && sim_iter_views(&it, 1, ops))
+        do {
+            for (int64_t j = 0; j < it.n; j++, i++)
+                copy_run(it.p[0] + j * it.s[0] * (int64_t)es, os,
+                         wt->base + idx[i] * wt->strides[0] * (int64_t)es, wt->strides[1], D, es);
+        } while (sim_iter_next(&it));
+    free(hw.own);
+    free(idx);
     return SIM_OK;
 }
 
 /* ---------------------------------------------------- training: reductions */
+
+typedef struct {
+    double *mean, *ss;
+} var_ctx;
+
+static void red_sqdev(void *vc, const float *x, int64_t n, int64_t o, int64_t step) {
+    var_ctx *c = vc;
+    if (step) {
+        for (int64_t i = 0; i < n; i++) {
+            double dv = x[i] - c->mean[o + i * step];
+            c->ss[o + i * step] += dv * dv;
+        }
+    } else {
+        c->ss[o] += sqdev_d(x, n, c->mean[o]);
+    }
+}
 
 sim_status simk_var_mean(const char *fn, const char *kernel, const sim_view *in, uint32_t reduce,
                          double correction, const sim_view *var, const sim_view *mean) {
@@ -1610,45 +2843,48 @@ sim_status simk_var_mean(const char *fn, const char *kernel, const sim_view *in,
                             i ? "mean" : "var", sim_dtype_name(outs[i]->dtype), sim_dtype_name(in->dtype));
     }
     if ((st = sim_launch(kernel, fn))) return st;
-    float *X = gather_or_die(in);
-    double *sum = calloc((size_t)(kept ? kept : 1), sizeof(double));
-    double *ss = calloc((size_t)(kept ? kept : 1), sizeof(double));
-    if (!sum || !ss) abort();
-    int64_t ostride[SIM_MAX_DIMS], s = 1;
-    for (int d = nd - 1; d >= 0; d--) {
-        ostride[d] = (reduce & (1u << d)) ? 0 : s;
-        if (!(reduce & (1u << d))) s *= in->shape[d];
-    }
-    int64_t n = sim_numel(in);
     /* two passes (mean, then squared deviations), both in double */
-    for (int pass = 0; pass < 2; pass++) {
-        int64_t idx[SIM_MAX_DIMS] = {0}, o = 0;
-        for (int64_t i = 0; i < n; i++) {
-            if (pass == 0) sum[o] += X[i];
-            else {
-                double dv = X[i] - sum[o];
-                ss[o] += dv * dv;
-            }
-            for (int d = nd - 1; d >= 0; d--) {
-                o += ostride[d];
-                if (++idx[d] < in->shape[d]) break;
-                o -= ostride[d] * idx[d];
-                idx[d] = 0;
-            }
-        }
-        if (pass == 0)
-            for (int64_t k = 0; k < kept; k++) sum[k] = count ? sum[k] / (double)count : NAN;
-    }
+    var_ctx c = {alloc_d(kept), alloc_d(kept)};
+    sum_walk(in, reduce, c.mean);
+    for (int64_t k = 0; k < kept; k++) c.mean[k] = count ? c.mean[k] / (double)count : NAN;
+    reduce_walk(in, reduce, c.ss, red_sqdev, &c);
     float *V = alloc_f(kept), *M = alloc_f(kept);
     double dof = (double)count - correction;
     for (int64_t k = 0; k < kept; k++) {
-        M[k] = (float)sum[k];
-        V[k] = (float)(dof > 0 ? ss[k] / dof : (ss[k] > 0 ? INFINITY : NAN));
+        M[k] = (float)c.mean[k];
+        V[k] = (float)(dof > 0 ? c.ss[k] / dof : (c.ss[k] > 0 ? INFINITY : NAN));
     }
     sim_scatter(V, var);
     sim_scatter(M, mean);
-    free(X); free(sum); free(ss); free(V); free(M);
+    free(c.mean); free(c.ss); free(V); free(M);
     return SIM_OK;
+}
+
+typedef struct {
+    float *mx;
+    double *sum;
+} lse_ctx;
+
+static void red_max(void *vc, const float *x, int64_t n, int64_t o, int64_t step) {
+    float *mx = ((lse_ctx *)vc)->mx;
+    if (step)
+        for (int64_t i = 0; i < n; i++) mx[o + i * step] = x[i] > mx[o + i * step] ? x[i] : mx[o + i * step];
+    else mx[o] = max_f(x, n, mx[o]);
+}
+
+static void red_sumexp(void *vc, const float *x, int64_t n, int64_t o, int64_t step) {
+    lse_ctx *c = vc;
+    float e[BLK]; /* n <= BLK */
+    if (step) {
+        for (int64_t i = 0; i < n; i++) e[i] = x[i] - c->mx[o + i * step];
+        exp_inplace(e, n);
+        for (int64_t i = 0; i < n; i++) c->sum[o + i * step] += e[i];
+    } else {
+        float m = c->mx[o];
+        for (int64_t i = 0; i < n; i++) e[i] = x[i] - m;
+        exp_inplace(e, n);
+        c->sum[o] += sum_d(e, n);
+    }
 }
 
 sim_status simk_logsumexp(const char *fn, const char *kernel, const sim_view *in, uint32_t reduce,
@@ -1666,38 +2902,16 @@ sim_status simk_logsumexp(const char *fn, const char *kernel, const sim_view *in
         return sim_fail(SIM_E_UNSUPPORTED, fn, "out is %s but the input is %s (mixed dtypes)",
                         sim_dtype_name(out->dtype), sim_dtype_name(in->dtype));
     if ((st = sim_launch(kernel, fn))) return st;
-    float *X = gather_or_die(in), *mx = alloc_f(kept);
-    double *sum = calloc((size_t)(kept ? kept : 1), sizeof(double));
-    if (!sum) abort();
-    for (int64_t k = 0; k < kept; k++) mx[k] = -INFINITY;
-    int64_t ostride[SIM_MAX_DIMS], sk = 1;
-    for (int d = nd - 1; d >= 0; d--) {
-        ostride[d] = (reduce & (1u << d)) ? 0 : sk;
-        if (!(reduce & (1u << d))) sk *= in->shape[d];
-    }
-    int64_t n = sim_numel(in);
-    for (int pass = 0; pass < 2; pass++) {
-        int64_t idx[SIM_MAX_DIMS] = {0}, o = 0;
-        for (int64_t i = 0; i < n; i++) {
-            if (pass == 0) {
-                if (X[i] > mx[o]) mx[o] = X[i];
-            } else {
-                sum[o] += expf(X[i] - mx[o]);
-            }
-            for (int d = nd - 1; d >= 0; d--) {
-                o += ostride[d];
-                if (++idx[d] < in->shape[d]) break;
-                o -= ostride[d] * idx[d];
-                idx[d] = 0;
-            }
-        }
-        if (pass == 0) /* PyTorch's shift: an infinite max counts as 0, so all -inf gives -inf */
-            for (int64_t k = 0; k < kept; k++)
-                if (isinf(mx[k])) mx[k] = 0.0f;
-    }
-    for (int64_t k = 0; k < kept; k++) mx[k] = logf((float)sum[k]) + mx[k];
-    sim_scatter(mx, out);
-    free(X); free(mx); free(sum);
+    lse_ctx c = {alloc_f(kept), alloc_d(kept)};
+    for (int64_t k = 0; k < kept; k++) c.mx[k] = -INFINITY;
+    reduce_walk(in, reduce, c.sum, red_max, &c);
+    /* PyTorch's shift: an infinite max counts as 0, so all -inf gives -inf */
+    for (int64_t k = 0; k < kept; k++)
+        if (isinf(c.mx[k])) c.mx[k] = 0.0f;
+    reduce_walk(in, reduce, c.sum, red_sumexp, &c);
+    for (int64_t k = 0; k < kept; k++) c.mx[k] = logf((float)c.sum[k]) + c.mx[k];
+    sim_scatter(c.mx, out);
+    free(c.mx); free(c.sum);
     return SIM_OK;
 }
 
@@ -1840,7 +3054,7 @@ sim_status simk_embedding_backward(const char *fn, const char *kernel, const sim
         free(idx);
         return st;
     }
-    float *G = gather_or_die(grad), *R = alloc_f(num_weights * D);
+    float *R = alloc_f(num_weights * D), *gb = alloc_f(D);
     int64_t *freq = NULL;
     if (scale_grad_by_freq) {
         freq = calloc((size_t)(num_weights ? num_weights : 1), sizeof(int64_t));
@@ -1848,17 +3062,27 @@ sim_status simk_embedding_backward(const char *fn, const char *kernel, const sim
         for (int64_t i = 0; i < n; i++) freq[idx[i]]++;
     }
     /* rows summed in index order, like PyTorch's index_add */
-    for (int64_t i = 0; i < n; i++) {
-        int64_t r = idx[i];
-        if (r == padding_idx) continue;
-        float sc = freq ? 1.0f / (float)freq[r] : 1.0f;
-        float *dst = R + r * D;
-        const float *src = G + i * D;
-        if (freq) for (int64_t j = 0; j < D; j++) dst[j] += src[j] * sc;
-        else for (int64_t j = 0; j < D; j++) dst[j] += src[j];
-    }
+    int64_t gs = grad->strides[grad->ndim - 1], es = (int64_t)sim_dtype_size(grad->dtype), i = 0;
+    sim_view pos = head_view(grad, grad->ndim - 1); /* one grad row per index */
+    const sim_view *ops[1] = {&pos};
+    sim_iter it;
+    if (D > 0 && sim_iter_views(&it, 1, ops))
+        do {
+            for (int64_t j = 0; j < it.n; j++, i++) {
+                int64_t r = idx[i];
+                if (r == padding_idx) continue;
+                const float *src = ld_f(gb, it.p[0] + j * it.s[0] * es, grad->dtype, gs, D);
+                float *dst = R + r * D;
+                if (freq) {
+                    float sc = 1.0f / (float)freq[r];
+                    for (int64_t k = 0; k < D; k++) dst[k] += src[k] * sc;
+                } else {
+                    for (int64_t k = 0; k < D; k++) dst[k] += src[k];
+                }
+            }
+        } while (sim_iter_next(&it));
     sim_scatter(R, out);
-    free(idx); free(G); free(R); free(freq);
+    free(idx); free(R); free(gb); free(freq);
     return SIM_OK;
 }
 
@@ -1888,34 +3112,67 @@ sim_status simk_layer_norm_backward(const char *fn, const char *kernel, const si
     if (!dx->present && !dw->present && !db->present)
         return sim_fail(SIM_E_INVALID_VALUE, fn, "no gradient requested");
     if ((st = sim_launch(kernel, fn))) return st;
-    float *DY = gather_or_die(dy), *X = gather_or_die(x), *Mu = gather_or_die(mean), *Rs = gather_or_die(rstd);
+    float *Mu = gather_or_die(mean), *Rs = gather_or_die(rstd);
     float *Wv = w->present ? gather_or_die(w) : NULL;
     float *gw = alloc_f(inner), *gb = alloc_f(inner);
-    /* PyTorch's formula, in float and in its order of operations: with a
-     * single normalized element (or a constant row) rstd is huge and the
-     * result is rounding noise, which then matches PyTorch's own noise. */
+    float *buf = alloc_f(5 * inner), *gbuf = buf, *xbuf = buf + inner, *obuf = buf + 2 * inner;
+    float *p1 = buf + 3 * inner, *p2 = buf + 4 * inner;
+    const sim_view *outs[3] = {dx, dw, db};
+    held hdy, hx;
+    const sim_view *g = hold(&hdy, dy, outs, 3), *xv = hold(&hx, x, outs, 3);
+    int k = (int)norm_ndim, hd = x->ndim - k;
+    rowed rg, rx, ro;
+    rows_open(&rg, g, k, 0);
+    rows_open(&rx, xv, k, 0);
+    rows_open(&ro, dx, k, 1);
+    sim_view heads[3] = {head_view(&rg.v, hd), head_view(&rx.v, hd), head_view(&ro.v, hd)};
+    const sim_view *ops[3] = {&heads[0], &heads[1], &heads[2]};
+    int64_t es[3] = {(int64_t)sim_dtype_size(g->dtype), (int64_t)sim_dtype_size(xv->dtype),
+                     (int64_t)sim_dtype_size(dx->dtype)};
+    const int direct = dx->present && dx->dtype == SIM_F32 && ro.rs == 1;
+    /* PyTorch's formula, in float and in its order of operations, its row
+     * sums added as its vectorized reductions add: with a single normalized
+     * element (or a constant row) rstd is huge and the result is rounding
+     * noise, which then matches PyTorch's own noise. */
     float scale = 1.0f / (float)inner;
-    for (int64_t r = 0; r < outer; r++) {
-        const float *g = DY + r * inner;
-        float *xr = X + r * inner;
-        float mu = Mu[r], a = Rs[r], am = -a * mu, ds = 0.0f, dsum = 0.0f;
-        for (int64_t i = 0; i < inner; i++) {
-            gw[i] += g[i] * fmaf(a, xr[i], am); /* a fused multiply-add, as PyTorch's compiled loop */
-            gb[i] += g[i];
-            float gg = Wv ? g[i] * Wv[i] : g[i];
-            ds += Wv ? g[i] * xr[i] * Wv[i] : g[i] * xr[i];
-            dsum += gg;
-        }
-        float b = (dsum * mu - ds) * a * a * a * scale;
-        float c = -b * mu - dsum * a * scale;
-        /* dx = a * dy * gamma + b * x + c, written over x */
-        for (int64_t i = 0; i < inner; i++)
-            xr[i] = (Wv ? a * g[i] * Wv[i] : a * g[i]) + b * xr[i] + c;
-    }
-    if (dx->present) sim_scatter(X, dx);
+    int64_t r = 0;
+    sim_iter it;
+    if (inner > 0 && sim_iter_views(&it, dx->present ? 3 : 2, ops))
+        do {
+            for (int64_t j = 0; j < it.n; j++, r++) {
+                const float *gr = ld_f(gbuf, it.p[0] + j * it.s[0] * es[0], g->dtype, rg.rs, inner);
+                const float *xr = ld_f(xbuf, it.p[1] + j * it.s[1] * es[1], xv->dtype, rx.rs, inner);
+                float mu = Mu[r], a = Rs[r], am = -a * mu;
+                /* a fused multiply-add, as PyTorch's compiled loop */
+                for (int64_t i = 0; i < inner; i++) gw[i] += gr[i] * fmaf(a, xr[i], am);
+                for (int64_t i = 0; i < inner; i++) gb[i] += gr[i];
+                if (!dx->present) continue;
+                if (Wv) {
+                    for (int64_t i = 0; i < inner; i++) p1[i] = gr[i] * xr[i] * Wv[i];
+                    for (int64_t i = 0; i < inner; i++) p2[i] = gr[i] * Wv[i];
+                } else {
+                    for (int64_t i = 0; i < inner; i++) p1[i] = gr[i] * xr[i];
+                }
+                float ds = sum_lanes_f(p1, inner), dsum = sum_lanes_f(Wv ? p2 : gr, inner);
+                float b = (dsum * mu - ds) * a * a * a * scale;
+                float c = -b * mu - dsum * a * scale;
+                /* dx = a * dy * gamma + b * x + c */
+                char *po = it.p[2] + j * it.s[2] * es[2];
+                float *o = direct ? (float *)po : obuf;
+                if (Wv) for (int64_t i = 0; i < inner; i++) o[i] = a * gr[i] * Wv[i] + b * xr[i] + c;
+                else for (int64_t i = 0; i < inner; i++) o[i] = a * gr[i] + b * xr[i] + c;
+                if (!direct) cvt_from_f(po, dx->dtype, ro.rs, obuf, inner);
+            }
+        } while (sim_iter_next(&it));
+    rows_close(&ro);
+    rows_close(&rx);
+    rows_close(&rg);
+    free(hdy.own);
+    free(hx.own);
+    if (dx->present) sim_corrupt_output(dx);
     if (dw->present) sim_scatter(gw, dw);
     if (db->present) sim_scatter(gb, db);
-    free(DY); free(X); free(Mu); free(Rs); free(Wv); free(gw); free(gb);
+    free(Mu); free(Rs); free(Wv); free(gw); free(gb); free(buf);
     return SIM_OK;
 }
 
@@ -1940,8 +3197,10 @@ sim_status simk_arange(const char *fn, const char *kernel, double start, double 
             sim_store(out->base + i * out->strides[0] * es, out->dtype, start + (double)i * step);
     } else {
         int64_t s0 = sat_i64(start), st1 = sat_i64(step);
-        for (int64_t i = 0; i < n; i++)
-            store_i(out->base + i * out->strides[0] * es, out->dtype, wadd(s0, wmul(i, st1)));
+        for (int64_t i = 0; i < n; i++) {
+            int64_t v = wadd(s0, wmul(i, st1));
+            cvt_from_i(out->base + i * out->strides[0] * es, out->dtype, 1, &v, 1);
+        }
     }
     return SIM_OK;
 }
@@ -2010,7 +3269,7 @@ sim_status simk_cat(const char *fn, const char *kernel, const sim_view *inputs, 
     sim_status st = sim_launch(kernel, fn);
     if (st) return st;
     /* each input is copied into its slice of the output (the output's view
-     * narrowed along dim); inputs must not overlap the output, as in PyTorch */
+     * narrowed along dim); an input overlapping the output is read first */
     int64_t off = 0, es = (int64_t)sim_dtype_size(out->dtype);
     for (int i = 0; i < n; i++) {
         const sim_view *v = &inputs[i];
@@ -2018,19 +3277,7 @@ sim_status simk_cat(const char *fn, const char *kernel, const sim_view *inputs, 
         sim_view slice = *out;
         slice.shape[dim] = v->shape[dim];
         slice.base = out->base + off * out->strides[dim] * es;
-        int64_t cnt = sim_numel(v), idx[SIM_MAX_DIMS] = {0};
-        for (int64_t k = 0; k < cnt; k++) {
-            int64_t so = 0, doff = 0;
-            for (int d = 0; d < nd; d++) {
-                so += idx[d] * v->strides[d];
-                doff += idx[d] * slice.strides[d];
-            }
-            memmove(slice.base + doff * es, v->base + so * es, (size_t)es);
-            for (int d = nd - 1; d >= 0; d--) {
-                if (++idx[d] < v->shape[d]) break;
-                idx[d] = 0;
-            }
-        }
+        copy_view(v, &slice);
         off += v->shape[dim];
     }
     return SIM_OK;
