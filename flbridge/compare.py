@@ -37,6 +37,7 @@ import torch
 from . import launch
 from .ops import info
 from .opkinds import ROUTED, kind
+from .tensor import chip_of
 
 # (rtol, atol) per result dtype: the sim computes in float32 and rounds once,
 # PyTorch's CPU kernels may accumulate in another order
@@ -316,7 +317,7 @@ class _Compared:
         it already was)."""
         ac, func = self.ac, self.func
         opi = info(func)
-        chip = _chip_of(self.args, self.kwargs)
+        chip = chip_of(self.args, self.kwargs)
         key = (opi.qualname, chip.device_type if chip is not None else "?")
         cargs, ckwargs = snap
         try:
@@ -416,9 +417,6 @@ def _to_cpu(v):
     return v
 
 
-def _chip_of(args, kwargs):
-    from .profiler import _chip_of as chip_of
-    return chip_of(args, kwargs)
 
 
 def _user_line() -> str:

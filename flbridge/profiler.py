@@ -36,6 +36,7 @@ import torch.autograd.profiler as _tprof
 
 from . import launch
 from .ops import info
+from .tensor import chip_of
 
 # per transfer kind: its event label prefix (the spec's role names)
 _TRANSFER_LABEL = {"h2d": "memcpy_h2d", "d2h": "memcpy_d2h", "map": "mem_map"}
@@ -322,7 +323,7 @@ class _OpRun:
     def __call__(self):
         sess = self.sess
         stack = sess._stack()
-        chip = _chip_of(self.args, self.kwargs)
+        chip = chip_of(self.args, self.kwargs)
         before = [getattr(chip.stats, k) for k in _COUNTERS] if chip is not None else None
         frame = _Frame(info(self.func).qualname, chip)
         parent = stack[-1] if stack else None
@@ -359,18 +360,6 @@ class _KernelRun:
             sess.events.append(DeviceEvent("kernel", self.label, chip, 0, dev, timer, host, t0, op,
                                            threading.get_native_id()))
         return status
-
-
-def _chip_of(args, kwargs):
-    from .tensor import XPUTensor
-    for a in (*args, *kwargs.values()):
-        if type(a) is XPUTensor:
-            return a._st.chip
-        if isinstance(a, (list, tuple)):
-            for b in a:
-                if type(b) is XPUTensor:
-                    return b._st.chip
-    return None
 
 
 def _why(chip, func, args, kwargs):

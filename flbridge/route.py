@@ -37,7 +37,7 @@ from .opkinds import ROUTED, kind
 from .ops import info, normalize
 from .reasons import FAILED, FallbackWarning, Reason, user_stacklevel
 from .registry import dtype_name
-from .tensor import XPUTensor
+from .tensor import chip_of
 
 aten = torch.ops.aten
 
@@ -61,21 +61,11 @@ _CPU_TENSOR_ARGS_OK = {aten.index.Tensor, aten.index_put.default, aten.index_put
 _ACTIVE = threading.local()
 
 
-def chip_of(args, kwargs):
-    """The chip of the first fl tensor among the arguments."""
-    for a in (*args, *kwargs.values()):
-        if type(a) is XPUTensor:
-            return a._st.chip
-        if isinstance(a, (list, tuple)):
-            for b in a:
-                if type(b) is XPUTensor:
-                    return b._st.chip
-    raise RuntimeError("flbridge: dispatch without an fl tensor argument")
-
-
 def route(func, args, kwargs):
     """Runs func through its route on the chip of its fl arguments."""
     chip = chip_of(args, kwargs)
+    if chip is None:
+        raise RuntimeError("flbridge: dispatch without an fl tensor argument")
     r = chip.routes.get(func)
     if r is None:
         r = chip.routes[func] = OpRoute(chip, func)

@@ -139,6 +139,19 @@ def host_copy(t: XPUTensor) -> torch.Tensor:
         return host_view(t).clone()
 
 
+def chip_of(args, kwargs):
+    """The chip of the first fl tensor among an op's arguments (also inside
+    lists), or None."""
+    for a in (*args, *kwargs.values()):
+        if type(a) is XPUTensor:
+            return a._st.chip
+        if isinstance(a, (list, tuple)):
+            for b in a:
+                if type(b) is XPUTensor:
+                    return b._st.chip
+    return None
+
+
 def covers_storage(t: XPUTensor) -> bool:
     """t is a dense, contiguous tensor spanning its whole storage."""
     st = t._st
