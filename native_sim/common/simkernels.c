@@ -1098,6 +1098,26 @@ sim_status simk_pow_scalar(const char *fn, const char *kernel, const sim_view *a
     return SIM_OK;
 }
 
+static void spow(const void *vc, float *o, const float *const *x, int64_t n) {
+    const float b = *(const float *)vc, *e = x[0];
+    if (b == 1.0f) for (int64_t i = 0; i < n; i++) o[i] = 1.0f;   /* PyTorch's shortcut, NaN exponents too */
+    else for (int64_t i = 0; i < n; i++) o[i] = powf(b, e[i]);
+}
+
+sim_status simk_scalar_pow(const char *fn, const char *kernel, double base, const sim_view *exponent,
+                           const sim_view *out) {
+    sim_status st;
+    if ((st = simk_check_same(fn, "exponent", exponent, out)) || (st = need_float_dt(fn, "exponent", exponent)))
+        return st;
+    if ((st = sim_launch(kernel, fn))) return st;
+    float b = (float)base;   /* PyTorch rounds the base to the tensor's dtype first */
+    if (out->dtype == SIM_F16) b = sim_h2f_inline(sim_f2h_inline(b));
+    else if (out->dtype == SIM_BF16) b = sim_bf2f_inline(sim_f2bf_inline(b));
+    ew_float(out, 1, &exponent, spow, &b);
+    sim_corrupt_output(out);
+    return SIM_OK;
+}
+
 static void div_s(const void *vc, float *o, const float *const *x, int64_t n) {
     const float d = *(const float *)vc, *a = x[0];
     for (int64_t i = 0; i < n; i++) o[i] = a[i] / d;
@@ -2510,7 +2530,10 @@ sim_status simk_batch_norm_infer(const char *fn, const char *kernel, const sim_v
 static void layer_norm_row(const float *x, float *o, int64_t n, const float *W, const float *B, double eps,
                            float *mean, float *rstd) {
     double mu = sum_d(x, n) / (double)n;
-    double rs = 1.0 / sqrt(sqdev_d(x, n, mu) / (double)n + eps);
+    /* the statistics in double, the reciprocal std as PyTorch forms it (in
+     * float, eps added in float): a constant row then saves PyTorch's rstd */
+    float var = (float)(sqdev_d(x, n, mu) / (double)n);
+    double rs = 1.0f / sqrtf(var + (float)eps);
     for (int64_t i = 0; i < n; i++) o[i] = (float)((x[i] - mu) * rs);
     if (W) for (int64_t i = 0; i < n; i++) o[i] *= W[i];
     if (B) for (int64_t i = 0; i < n; i++) o[i] += B[i];
@@ -3130,10 +3153,11 @@ sim_status simk_layer_norm_backward(const char *fn, const char *kernel, const si
     int64_t es[3] = {(int64_t)sim_dtype_size(g->dtype), (int64_t)sim_dtype_size(xv->dtype),
                      (int64_t)sim_dtype_size(dx->dtype)};
     const int direct = dx->present && dx->dtype == SIM_F32 && ro.rs == 1;
-    /* PyTorch's formula, in float and in its order of operations, its row
-     * sums added as its vectorized reductions add: with a single normalized
-     * element (or a constant row) rstd is huge and the result is rounding
-     * noise, which then matches PyTorch's own noise. */
+    /* PyTorch's formula, in float and in its order of operations, with the
+     * multiply-adds its compiler fuses (checked bit for bit against torch's
+     * CPU kernel) and its row sums added as its vectorized reductions add:
+     * with a single normalized element (or a constant row) rstd is huge and
+     * the result is rounding noise, which then matches PyTorch's own noise. */
     float scale = 1.0f / (float)inner;
     int64_t r = 0;
     sim_iter it;
@@ -3154,13 +3178,13 @@ sim_status simk_layer_norm_backward(const char *fn, const char *kernel, const si
                     for (int64_t i = 0; i < inner; i++) p1[i] = gr[i] * xr[i];
                 }
                 float ds = sum_lanes_f(p1, inner), dsum = sum_lanes_f(Wv ? p2 : gr, inner);
-                float b = (dsum * mu - ds) * a * a * a * scale;
-                float c = -b * mu - dsum * a * scale;
+                float b = fmaf(dsum, mu, -ds) * a * a * a * scale;
+                float c = fmaf(-b, mu, -(dsum * a * scale));
                 /* dx = a * dy * gamma + b * x + c */
                 char *po = it.p[2] + j * it.s[2] * es[2];
                 float *o = direct ? (float *)po : obuf;
-                if (Wv) for (int64_t i = 0; i < inner; i++) o[i] = a * gr[i] * Wv[i] + b * xr[i] + c;
-                else for (int64_t i = 0; i < inner; i++) o[i] = a * gr[i] + b * xr[i] + c;
+                if (Wv) for (int64_t i = 0; i < inner; i++) o[i] = fmaf(b, xr[i], a * gr[i] * Wv[i]) + c;
+                else for (int64_t i = 0; i < inner; i++) o[i] = fmaf(b, xr[i], a * gr[i]) + c;
                 if (!direct) cvt_from_f(po, dx->dtype, ro.rs, obuf, inner);
             }
         } while (sim_iter_next(&it));

@@ -52,6 +52,10 @@ SIM_HIDDEN sim_status simk_unary(const char *fn, const char *kernel, simk_unop o
 /* out = a ** exponent (floating dtypes; PyTorch's exact cases for 0.5, 2, 3, -0.5, -1, -2) */
 SIM_HIDDEN sim_status simk_pow_scalar(const char *fn, const char *kernel, const sim_view *a,
                                       double exponent, const sim_view *out);
+/* out = base ** exponent, elementwise over the exponent tensor (floating dtypes; PyTorch's
+ * pow(Scalar, Tensor), as in capturable Adam's bias corrections) */
+SIM_HIDDEN sim_status simk_scalar_pow(const char *fn, const char *kernel, double base, const sim_view *exponent,
+                                      const sim_view *out);
 /* out = a / divisor (floating dtypes; a true division, as PyTorch's, not a reciprocal multiply) */
 SIM_HIDDEN sim_status simk_div_scalar(const char *fn, const char *kernel, const sim_view *a, double divisor,
                                       const sim_view *out);

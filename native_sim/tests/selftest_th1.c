@@ -78,6 +78,9 @@ static void training_kernels(void) {
     CHECK(th1PowScalar(&ty, 1.5, &to) == TH1_SUCCESS);
     get(r, po, 32);
     CHECK_NEAR(r[3], 8.0, 1e-5);
+    CHECK(th1ScalarPow(2.0, &ty, &to) == TH1_SUCCESS);
+    get(r, po, 32);
+    CHECK(r[2] == 8.0f && r[7] == 256.0f);
     CHECK(th1Maximum(&tx, &ty, &to) == TH1_SUCCESS && th1Minimum(&tx, &ty, &to) == TH1_SUCCESS);
     get(r, po, 32);
     CHECK(r[7] == 3.0f && r[0] == -2.0f);

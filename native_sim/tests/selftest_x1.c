@@ -76,6 +76,9 @@ static void training_kernels(void) {
     CHECK(x1_pow_scalar(&ty, 2.0, &to) == X1_SUCCESS);
     get(r, po, 32);
     CHECK(r[7] == 64.0f);
+    CHECK(x1_scalar_pow(2.0, &ty, &to) == X1_SUCCESS);
+    get(r, po, 32);
+    CHECK(r[2] == 8.0f && r[7] == 256.0f);
     CHECK(x1_maximum(&tx, &ty, &to) == X1_SUCCESS && x1_minimum(&tx, &ty, &to) == X1_SUCCESS);
     uint8_t m[8], m2[8];
     CHECK(x1_eq(&tx, &tx, &tb) == X1_SUCCESS && x1_ne(&tx, &ty, &tb2) == X1_SUCCESS);

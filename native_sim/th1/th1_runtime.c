@@ -238,6 +238,16 @@ TH1API th1Result_t th1PowScalar(const th1TensorDesc_t *x, double exponent, th1Te
     return code(simk_pow_scalar(fn, "pow_scalar", &xv, exponent, &yv));
 }
 
+TH1API th1Result_t th1ScalarPow(double base, const th1TensorDesc_t *x, th1TensorDesc_t *y) {
+    const char *fn = "th1ScalarPow";
+    sim_view xv, yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = need_compute(fn, "x", &xv)))
+        return code(st);
+    return code(simk_scalar_pow(fn, "scalar_pow", base, &xv, &yv));
+}
+
 TH1API th1Result_t th1DivScalar(const th1TensorDesc_t *a, double b, th1TensorDesc_t *c) {
     const char *fn = "th1DivScalar";
     sim_view av, cv;

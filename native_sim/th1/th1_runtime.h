@@ -129,6 +129,8 @@ TH1API th1Result_t th1Div(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th
 TH1API th1Result_t th1DivScalar(const th1TensorDesc_t* a, double b, th1TensorDesc_t* c);
 TH1API th1Result_t th1Pow(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
 TH1API th1Result_t th1PowScalar(const th1TensorDesc_t* x, double exponent, th1TensorDesc_t* y);
+/* y = base ** x, elementwise */
+TH1API th1Result_t th1ScalarPow(double base, const th1TensorDesc_t* x, th1TensorDesc_t* y);
 TH1API th1Result_t th1Maximum(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
 TH1API th1Result_t th1Minimum(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
 

@@ -235,6 +235,16 @@ X1_API x1_status_t x1_pow_scalar(const x1_tensor_t *self, double exponent, x1_te
     return code(simk_pow_scalar(fn, "pow_scalar", &a, exponent, &o));
 }
 
+X1_API x1_status_t x1_scalar_pow(double self, const x1_tensor_t *exponent, x1_tensor_t *out) {
+    const char *fn = "x1_scalar_pow";
+    sim_view e, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(exponent, &e, fn, "exponent", 0)) || (st = need_float(fn, "exponent", &e)))
+        return code(st);
+    return code(simk_scalar_pow(fn, "scalar_pow", self, &e, &o));
+}
+
 X1_API x1_status_t x1_div_scalar(const x1_tensor_t *self, double other, x1_tensor_t *out) {
     const char *fn = "x1_div_scalar";
     sim_view a, o;

@@ -135,6 +135,8 @@ X1_API x1_status_t x1_div(const x1_tensor_t *self, const x1_tensor_t *other, x1_
 X1_API x1_status_t x1_div_scalar(const x1_tensor_t *self, double other, x1_tensor_t *out);
 X1_API x1_status_t x1_pow(const x1_tensor_t *self, const x1_tensor_t *exponent, x1_tensor_t *out);
 X1_API x1_status_t x1_pow_scalar(const x1_tensor_t *self, double exponent, x1_tensor_t *out);
+/* out = self ** exponent with a host scalar base, elementwise */
+X1_API x1_status_t x1_scalar_pow(double self, const x1_tensor_t *exponent, x1_tensor_t *out);
 X1_API x1_status_t x1_maximum(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
 X1_API x1_status_t x1_minimum(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
 X1_API x1_status_t x1_relu(const x1_tensor_t *self, x1_tensor_t *out);

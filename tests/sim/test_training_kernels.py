@@ -551,3 +551,17 @@ def test_select_backward_matches_aten(chip, dim, index):
     assert torch.equal(chip.get(o, tuple(sizes)), ref)
     assert getattr(chip.lib, name)(chip.put(g)[1], dim, 9, od) == err(chip, "invalid")
     assert "index 9 out of range" in chip.last_error()
+
+
+def test_scalar_base_pow_matches_torch(chip):
+    """pow(Scalar, Tensor): capturable Adam's bias corrections (beta ** step)."""
+    name = "x1_scalar_pow" if chip.kind == "x1" else "th1ScalarPow"
+    e = torch.tensor([0.0, 1.0, 2.5, -3.0, float("nan"), 7.0, 0.5, 100.0])
+    for dtype in floats(chip):
+        ee = e.to(dtype)
+        for base in (0.9, 0.999, 1.0, 2.0, -2.0, 0.0):
+            o, od = chip.empty((8,), dtype)
+            assert getattr(chip.lib, name)(base, chip.put(ee)[1], od) == chip.ok, chip.last_error()
+            close(chip.get(o, (8,), dtype), torch.pow(base, ee), dtype)
+    _, od = chip.empty((8,), torch.int32)
+    assert getattr(chip.lib, name)(2.0, chip.put(torch.arange(8, dtype=torch.int32))[1], od) != chip.ok
