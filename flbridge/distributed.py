@@ -44,7 +44,7 @@ from .ccl import CollectiveError, ccl_for
 from .config import CONFIG
 from .devices import _STATE, current_device
 from .errors import FlbridgeError
-from .hoststage import HostStage, future_of
+from .hoststage import HostStage
 from .reasons import FallbackWarning, user_stacklevel
 from .residency import make_resident
 from .tensor import XPUTensor, covers_storage, new_tensor
@@ -118,67 +118,52 @@ def _count(path: str, coll: str, nbytes: int, stage: HostStage | None = None) ->
 # ------------------------------------------------------------------ works
 
 class _Work(dist.Work):
-    """A Work over a future that holds the collective's tensors (DDP's
-    reducer reads them from it).  wait() raises what the collective raised:
-    a Work made by _create_work_from_future would return True instead."""
+    """A completed Work over a future that holds the collective's tensors
+    (DDP's reducer reads them from it).  Every collective of this group
+    completes, or raises, before it returns its Work: the vendor library's
+    calls are synchronous, and the host path waits for gloo (see _after)."""
 
-    def __init__(self, fut, errors: list):
+    def __init__(self, fut):
         super().__init__()
-        self._fut, self._errors = fut, errors
+        self._fut = fut
 
     def wait(self, timeout=None):
-        try:
-            self._fut.wait()
-        except Exception:
-            if self._errors:
-                raise self._errors[0] from None
-            raise
         return True
 
     def get_future(self):
         return self._fut
 
     def is_completed(self) -> bool:
-        return self._fut.done()
+        return True
 
     def is_success(self) -> bool:
-        if not self._fut.done():
-            raise RuntimeError("the collective has not completed yet: call wait() first")
-        return not self._errors
+        return True
 
     def exception(self):
-        return self._errors[0] if self._errors else None
+        return None
 
 
 def _done(result):
     """A completed Work whose future holds `result`."""
     fut = torch.futures.Future()
     fut.set_result(result)
-    return _Work(fut, [])
+    return _Work(fut)
 
 
 def _after(work, stage: HostStage, result, what: str, group):
-    """The Work to return for a host collective: it completes with gloo's
-    work and its future holds the fl tensors.  Non-contiguous outputs are
-    written back after the collective, so those wait here."""
-    fut = future_of(work)
-    rank, size = group.rank(), group.size()
-    if stage.copies or fut is None:
-        _wait(work, what, rank, size)
-        stage.finish()
-        return _done(result)
-    errors: list = []
+    """The Work to return for a host collective, complete: this waits for
+    gloo's work here, on the calling thread (as the vendor path does).
 
-    # Runs on a gloo thread: it must not hold the group (were it the last
-    # reference, gloo would be destroyed on its own thread and abort).
-    def complete(f):
-        try:
-            f.value()
-        except Exception as e:  # noqa: BLE001 - gloo's errors are RuntimeErrors of many kinds
-            errors.append(CollectiveError(_host_failure(what, rank, size, e)))
-            raise errors[0] from e
-        return result
-    return _Work(fut.then(complete), errors)
+    Chaining a Python callback on gloo's future instead (``fut.then``) lets a
+    gloo worker thread free the Python value it holds, which needs the GIL; at
+    interpreter exit that thread is then ended inside a destructor and the
+    process aborts ("terminate called without an active exception", seen in
+    about 1 of 50 rank exits under load; a core dump shows
+    ``~ConcretePyObjectHolder`` -> ``take_gil`` -> ``pthread_exit`` on the
+    gloo thread during ``Py_FinalizeEx``)."""
+    _wait(work, what, group.rank(), group.size())
+    stage.finish()
+    return _done(result)
 
 
 def _wait(work, what: str, rank: int, size: int) -> None:
@@ -375,8 +360,9 @@ class FLProcessGroup(dist.ProcessGroup):
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         opts = opts or dist.AllgatherOptions()
-        works = [self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs)]
-        return _all_of(works, outputs)
+        for o, i in zip(outputs, inputs):
+            self.all_gather_single(o, i, opts)        # each completes (or raises) before it returns
+        return _done(outputs)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -402,8 +388,9 @@ class FLProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         opts = opts or dist.ReduceScatterOptions()
-        works = [self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs)]
-        return _all_of(works, outputs)
+        for o, i in zip(outputs, inputs):
+            self.reduce_scatter_single(o, i, opts)
+        return _done(outputs)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -509,19 +496,6 @@ class FLProcessGroup(dist.ProcessGroup):
         with torch.no_grad():
             for r, o in enumerate(outputs):
                 o.copy_(flat[r * input.numel():(r + 1) * input.numel()].view(o.shape))
-
-
-def _all_of(works, result):
-    """One Work for several: completes when all have, holding `result`."""
-    errors: list = []
-
-    def complete(f):
-        for w in works:
-            if w.exception() is not None:
-                errors.append(w.exception())
-                raise errors[0]
-        return result
-    return _Work(torch.futures.collect_all([w.get_future() for w in works]).then(complete), errors)
 
 
 class _device_buffer:

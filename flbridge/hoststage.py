@@ -93,12 +93,3 @@ def has_fl(x) -> bool:
     if isinstance(x, (list, tuple)):
         return any(has_fl(y) for y in x)
     return False
-
-
-def future_of(work):
-    """A Work's future, or None for the works that have none (gloo's
-    reduce_scatter): the caller waits instead."""
-    try:
-        return work.get_future()
-    except RuntimeError:
-        return None
