@@ -125,3 +125,58 @@ def test_replay_refreshes_a_static_input_written_on_the_host(x1v2):
                 torch.testing.assert_close(y.cpu(), lin(x.to(x1v2)).cpu(), rtol=0, atol=0)
     finally:
         torch.fl.set_device(prev)
+
+
+def test_a_whole_training_step_replays_like_the_cpu(anychip):
+    """Forward, backward and AdamW(capturable=True).step() captured as one
+    graph (torch.cuda's whole-network capture recipe): every replay is one
+    more optimizer step, and the parameters follow the CPU's step for step."""
+    from flbridge.demo_models import TinyGPT, token_batch
+    prev = torch.fl.current_device()
+    torch.fl.set_device(anychip)
+    try:
+        torch.manual_seed(0)
+        cpu = TinyGPT()
+        model = copy.deepcopy(cpu).to(anychip)
+        opt_c = torch.optim.AdamW(cpu.parameters(), lr=1e-3)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=True)
+        idx, tgt = token_batch(8, 24)
+        static_idx, static_tgt = idx.to(anychip), tgt.to(anychip)
+
+        def cpu_step():
+            opt_c.zero_grad(set_to_none=True)
+            cpu(idx, tgt)[1].backward()
+            opt_c.step()
+
+        side = torch.fl.Stream()                                  # warm-up on a side stream
+        side.wait_stream(torch.fl.current_stream())
+        with torch.fl.stream(side):
+            for _ in range(2):
+                opt.zero_grad(set_to_none=True)
+                model(static_idx, static_tgt)[1].backward()
+                opt.step()
+                cpu_step()
+        torch.fl.current_stream().wait_stream(side)
+        g = torch.fl.FLGraph()
+        opt.zero_grad(set_to_none=True)
+        with torch.fl.graph(g):                                   # capture runs the step once, eagerly
+            static_loss = model(static_idx, static_tgt)[1]
+            static_loss.backward()
+            opt.step()
+        cpu_step()
+        assert g.num_calls > 100
+        before = flbridge.stats(anychip)
+        for _ in range(2):
+            g.replay()
+            cpu_step()
+        after = flbridge.stats(anychip)
+        assert after["replayed_kernels"] - before["replayed_kernels"] == 2 * g.num_calls
+        for k in ("h2d_bytes", "d2h_bytes", "cpu_fallback_ops"):             # vendor calls only
+            assert after[k] == before[k], k
+        for (name, a), b in zip(cpu.named_parameters(), model.parameters()):
+            torch.testing.assert_close(b.detach().cpu(), a.detach(), rtol=1e-4, atol=1e-5, msg=name)
+        ref = cpu(idx, tgt)[1]
+        g.replay()                                                # static_loss is the replayed forward's
+        torch.testing.assert_close(static_loss.cpu(), ref.detach(), rtol=1e-4, atol=1e-5)
+    finally:
+        torch.fl.set_device(prev)
