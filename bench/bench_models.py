@@ -13,12 +13,20 @@ computation on the CPU (torch at one thread, as the simulators run one):
                   embedding): forward, cross-entropy, backward, AdamW step
   encoder replay  the encoder forward captured once in a torch.fl.FLGraph
                   and replayed (static input)
+  gpt step replay the whole training step (forward, backward,
+                  AdamW(capturable=True).step()) captured once and replayed
 
-It prints the median time per iteration, the ratio to the CPU, and a
-breakdown of one instrumented iteration: time inside vendor kernels, inside
-CPU fallbacks, in transfers, and the rest (flbridge's own Python plus
-PyTorch's above it), with the op counts per route.  The breakdown run is
-separate from the timed runs (its instrumentation costs time).
+Each eager row also runs the model on "floor": a minimal pass-through
+`__torch_dispatch__` wrapper subclass (unwrap, run the op on the CPU, rewrap;
+nothing else).  It is the cost any pure-Python wrapper-subclass backend pays
+before doing any work of its own, so fl/floor is flbridge's own overhead and
+floor/cpu is what the design (no compiled extension) costs on these models.
+
+It prints the median time per iteration, the ratios, and a breakdown of one
+instrumented iteration: time inside vendor kernels, inside CPU fallbacks, in
+transfers, and the rest (flbridge's own Python plus PyTorch's above it), with
+the op counts per route.  The breakdown run is separate from the timed runs
+(its instrumentation costs time).
 """
 from __future__ import annotations
 
@@ -43,6 +51,47 @@ def encoder():
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
     return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+
+
+class Floor(torch.Tensor):
+    """The floor: a pass-through wrapper subclass that runs every op on the
+    CPU tensor it wraps.  No routing, residency or checks: what remains is
+    the price of __torch_dispatch__ and a wrapper per tensor."""
+
+    @staticmethod
+    def __new__(cls, elem):
+        r = torch.Tensor._make_wrapper_subclass(
+            cls, elem.shape, strides=elem.stride(), storage_offset=elem.storage_offset(),
+            dtype=elem.dtype, device=elem.device, requires_grad=elem.requires_grad)
+        r.elem = elem
+        return r
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        a = [x.elem if type(x) is Floor else
+             [y.elem if type(y) is Floor else y for y in x] if type(x) in (list, tuple) else x for x in args]
+        out = func(*a, **{k: (v.elem if type(v) is Floor else v) for k, v in kwargs.items()}) if kwargs \
+            else func(*a)
+        t = type(out)
+        if t is torch.Tensor:
+            return Floor(out)
+        if t in (tuple, list):
+            return t(Floor(o) if type(o) is torch.Tensor else o for o in out)
+        return out
+
+
+def on_floor(module):
+    """A copy of `module` whose parameters and buffers are Floor tensors."""
+    m = copy.deepcopy(module)
+    prev = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        m._apply(Floor)
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(prev)
+    return m
 
 
 class Timer:
@@ -130,20 +179,29 @@ def breakdown(step, dev):
             f"{s['cpu_fallback_ops']} on the CPU")
 
 
-def side_by_side(cpu_step, fl_step, rounds):
+def side_by_side(steps, rounds):
+    """Median seconds per step for each of `steps` (the first is the CPU),
+    run interleaved round by round, and the median per-round ratio of each
+    step to the first."""
     for _ in range(3):
-        cpu_step()
-        fl_step()
-    tc, tf = [], []
+        for step in steps:
+            step()
+    times = [[] for _ in steps]
     for _ in range(rounds):
-        t0 = time.perf_counter()
-        cpu_step()
-        tc.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        fl_step()
-        tf.append(time.perf_counter() - t0)
-    ratio = statistics.median(f / c for c, f in zip(tc, tf))
-    return statistics.median(tc), statistics.median(tf), ratio
+        for step, t in zip(steps, times):
+            t0 = time.perf_counter()
+            step()
+            t.append(time.perf_counter() - t0)
+    medians = [statistics.median(t) for t in times]
+    ratios = [statistics.median(x / c for c, x in zip(times[0], t)) for t in times]
+    return medians, ratios
+
+
+def row(label, medians, ratios, names=("cpu", "floor", "fl")):
+    cols = "   ".join(f"{n} {m * 1e3:7.2f} ms" for n, m in zip(names, medians))
+    rat = "   ".join(f"{n}/cpu {r:5.2f}" for n, r in zip(names[1:], ratios[1:]))
+    extra = f"   fl/floor {medians[-1] / medians[1]:5.2f}" if len(medians) == 3 else ""
+    print(f"  {label:<16} {cols}   {rat}{extra}")
 
 
 def bench_chip(name: str, rounds: int) -> None:
@@ -153,20 +211,19 @@ def bench_chip(name: str, rounds: int) -> None:
 
     # encoder forward
     enc = encoder()
-    encf = copy.deepcopy(enc).to(dev)
+    encf, encp = copy.deepcopy(enc).to(dev), on_floor(enc)
     x = torch.randn(8, 32, 64)
-    xf = x.to(dev)
+    xf, xp = x.to(dev), Floor(x)
 
-    def cpu_fwd():
-        with torch.no_grad():
-            return enc(x)
-
-    def fl_fwd():
-        with torch.no_grad():
-            return encf(xf)
+    def forward(m, inp):
+        def run():
+            with torch.no_grad():
+                return m(inp)
+        return run
+    cpu_fwd, floor_fwd, fl_fwd = forward(enc, x), forward(encp, xp), forward(encf, xf)
     torch.testing.assert_close(fl_fwd().cpu(), cpu_fwd(), rtol=1e-3, atol=1e-3)
-    c, f, r = side_by_side(cpu_fwd, fl_fwd, rounds)
-    print(f"  encoder fwd      cpu {c * 1e3:7.2f} ms   fl {f * 1e3:7.2f} ms   fl/cpu {r:5.2f}")
+    torch.testing.assert_close(floor_fwd().elem, cpu_fwd(), rtol=0, atol=0)
+    row("encoder fwd", *side_by_side([cpu_fwd, floor_fwd, fl_fwd], rounds))
     print(f"    {breakdown(fl_fwd, dev)}")
 
     # the same forward by graph replay
@@ -186,30 +243,54 @@ def replay(g, static_y, fl_fwd, cpu_fwd, rounds):
     g.replay()
     eager = fl_fwd().cpu()
     identical = torch.equal(static_y.cpu(), eager)
-    c, f, r = side_by_side(cpu_fwd, g.replay, rounds)
-    timer = Timer()
-    launch.attach(timer)
-    g.replay()
-    launch.detach(timer)
-    t0 = time.perf_counter()
-    g.replay()
-    one = time.perf_counter() - t0
-    per_call = (one - timer.kernel) / max(g.num_calls, 1)
-    print(f"  encoder replay   cpu {c * 1e3:7.2f} ms   fl {f * 1e3:7.2f} ms   fl/cpu {r:5.2f}   "
-          f"({g.num_calls} vendor calls, bit-identical to eager: {identical}, "
-          f"host cost per call beyond the kernels ~{per_call * 1e6:.2f} us)")
+    medians, ratios = side_by_side([cpu_fwd, g.replay], rounds)
+    row("encoder replay", medians, ratios, ("cpu", "fl"))
+    print(f"    {g.num_calls} vendor calls, bit-identical to eager: {identical}; {replay_cost(g)}")
+
+
+def replay_cost(g, reps: int = 15) -> str:
+    """The replay loop's host cost per vendor call beyond the kernels: the
+    median wall time of g.replay() minus the median device time of its
+    kernels (the runtime's kernel timer, read after each call in separate,
+    interleaved runs of the same calls).  What remains is the loop, the cffi
+    call and the runtime's argument checks before its kernel starts."""
+    rt = g.chip.runtime
+    if not rt.has_kernel_timer:
+        return "no kernel timer in this runtime: host cost not separable"
+    walls, kernels = [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        g.replay()
+        walls.append(time.perf_counter() - t0)
+        ns = 0
+        for cfn, args in g._prog:
+            cfn(*args)
+            ns += rt.last_kernel_ns()
+        kernels.append(ns * 1e-9)
+    wall, kern = statistics.median(walls), statistics.median(kernels)
+    ok, n = rt._ok, len(g._prog)
+    prog = [((lambda *a: ok), args) for _, args in g._prog]   # the same loop, the C calls stubbed
+    loops = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for i, (cfn, args) in enumerate(prog):
+            if cfn(*args) != ok:
+                raise AssertionError(i)
+        loops.append(time.perf_counter() - t0)
+    return (f"per replay {wall * 1e3:.2f} ms, of which kernels (device timer) {kern * 1e3:.2f} ms: "
+            f"host cost per call beyond its kernel {(wall - kern) / n * 1e6:.2f} us (the replay loop "
+            f"{statistics.median(loops) / n * 1e6:.2f} us, the rest the C call and the runtime's checks)")
 
 
 def gpt_step(dev, rounds):
     torch.manual_seed(0)
     cpu_m = TinyGPT()
-    fl_m = copy.deepcopy(cpu_m).to(dev)
-    oc = torch.optim.AdamW(cpu_m.parameters(), lr=1e-3)
-    of = torch.optim.AdamW(fl_m.parameters(), lr=1e-3)
+    fl_m, floor_m = copy.deepcopy(cpu_m).to(dev), on_floor(cpu_m)
     idx, tgt = token_batch(8, 24)
-    idx_f, tgt_f = idx.to(dev), tgt.to(dev)
 
-    def step(m, o, i, t):
+    def step(m, i, t, **opt_kw):
+        o = torch.optim.AdamW(m.parameters(), lr=1e-3, **opt_kw)
+
         def run():
             o.zero_grad()
             _, loss = m(i, t)
@@ -217,10 +298,46 @@ def gpt_step(dev, rounds):
             o.step()
             return loss
         return run
-    cpu_step, fl_step = step(cpu_m, oc, idx, tgt), step(fl_m, of, idx_f, tgt_f)
-    c, f, r = side_by_side(cpu_step, fl_step, rounds)
-    print(f"  gpt train step   cpu {c * 1e3:7.2f} ms   fl {f * 1e3:7.2f} ms   fl/cpu {r:5.2f}")
+    cpu_step = step(cpu_m, idx, tgt)
+    floor_step = step(floor_m, Floor(idx), Floor(tgt))
+    fl_step = step(fl_m, idx.to(dev), tgt.to(dev))
+    row("gpt train step", *side_by_side([cpu_step, floor_step, fl_step], rounds))
     print(f"    {breakdown(fl_step, dev)}")
+    gpt_replay(dev, rounds, cpu_step, step)
+
+
+def gpt_replay(dev, rounds, cpu_step, step):
+    """The whole training step captured as one graph: forward, backward and
+    a capturable AdamW step (torch.cuda's whole-network capture recipe)."""
+    torch.manual_seed(0)
+    m = TinyGPT().to(dev)
+    idx, tgt = token_batch(8, 24)
+    static_idx, static_tgt = idx.to(dev), tgt.to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3, capturable=True)
+
+    def run():
+        _, loss = m(static_idx, static_tgt)
+        loss.backward()
+        opt.step()
+        return loss
+    side = torch.fl.Stream()
+    side.wait_stream(torch.fl.current_stream())
+    with torch.fl.stream(side):                      # warm-up: caches, optimizer state
+        for _ in range(2):
+            opt.zero_grad(set_to_none=True)
+            run()
+    torch.fl.current_stream().wait_stream(side)
+    g = torch.fl.FLGraph()
+    opt.zero_grad(set_to_none=True)
+    try:
+        with torch.fl.graph(g):
+            run()
+    except torch.fl.GraphCaptureError as e:
+        print(f"  gpt step replay  not capturable on {dev}: {e}")
+        return
+    medians, ratios = side_by_side([cpu_step, g.replay], rounds)
+    row("gpt step replay", medians, ratios, ("cpu", "fl"))
+    print(f"    {g.num_calls} vendor calls; {replay_cost(g)}")
 
 
 def main() -> int:

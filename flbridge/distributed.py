@@ -290,19 +290,13 @@ class FLProcessGroup(dist.ProcessGroup):
     # ------------------------------------------------------- collectives
 
     def allreduce(self, tensors, opts=None):
-        opts = opts or dist.AllreduceOptions()
-        op = _op_name(opts.reduceOp)
-        if op is not None and self._vendor("all_reduce", tensors, op):
-            for t in tensors:
-                self._vendor_all_reduce(t, op)
-            return _done(tensors)
-        stage = HostStage()
-        hs = [stage.write(t) for t in tensors]
-        _count("host", "all_reduce", stage.nbytes, stage)
-        return _after(self._host.allreduce(hs, opts), stage, tensors, "all_reduce", self)
+        return self._allreduce(tensors, opts or dist.AllreduceOptions(), self._host.allreduce, "all_reduce")
 
     def allreduce_coalesced(self, tensors, opts=None):
-        opts = opts or dist.AllreduceCoalescedOptions()
+        return self._allreduce(tensors, opts or dist.AllreduceCoalescedOptions(), self._host.allreduce_coalesced,
+                               "all_reduce_coalesced")
+
+    def _allreduce(self, tensors, opts, host_fn, what: str):
         op = _op_name(opts.reduceOp)
         if op is not None and self._vendor("all_reduce", tensors, op):
             for t in tensors:
@@ -311,7 +305,7 @@ class FLProcessGroup(dist.ProcessGroup):
         stage = HostStage()
         hs = [stage.write(t) for t in tensors]
         _count("host", "all_reduce", stage.nbytes, stage)
-        return _after(self._host.allreduce_coalesced(hs, opts), stage, tensors, "all_reduce_coalesced", self)
+        return _after(host_fn(hs, opts), stage, tensors, what, self)
 
     def broadcast(self, tensors, opts=None):
         opts = opts or dist.BroadcastOptions()
