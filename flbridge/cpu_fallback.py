@@ -13,8 +13,8 @@ import torch
 
 from . import launch
 from .ops import WRITE_ONLY
-from .residency import Storage
-from .tensor import XPUTensor, covers_storage, host_view, new_tensor, set_geometry
+from .residency import Storage, host_bytes
+from .tensor import XPUTensor, covers_storage, host_address, host_view, new_tensor, set_geometry
 
 
 
@@ -29,9 +29,9 @@ def cpu_fallback(route, args, kwargs):
         launch.STATE.capture.cpu_fallback(route, "no native route")
     mutated_names = route.mutated_names
     seen = _Seen(route)
-    cargs = [_to_host(a, i < len(opi.args) and opi.args[i].name in mutated_names, seen)
-             for i, a in enumerate(args)]
-    ckwargs = {k: _to_host(v, k in mutated_names, seen) for k, v in kwargs.items()}
+    written = route.arg_written
+    cargs = [_to_host(a, i < len(written) and written[i], seen) for i, a in enumerate(args)]
+    ckwargs = {k: _to_host(v, k in mutated_names, seen) for k, v in kwargs.items()} if kwargs else {}
     fix = _CPU_ARG_DTYPES.get(route.func)
     if fix is not None:
         _match_dtypes(opi, cargs, ckwargs, *fix)
@@ -106,7 +106,7 @@ def _to_host(v, written, seen):
         h = host_view(v)
         seen.host_to_xpu[id(h)] = (h, v)
         if st.nbytes:
-            seen.storages[st.host.untyped_storage().data_ptr()] = st
+            seen.storages[host_address(v)] = st
         return h
     if isinstance(v, torch.Tensor):
         if v.device.type == "fl":  # an fl tensor that is not an XPUTensor: sparse, nested, ...
@@ -160,7 +160,7 @@ def _after_host_write(t: XPUTensor, h: torch.Tensor) -> None:
     # the CPU kernel resized the tensor into new memory: the tensor's storage
     # grows in place (views of it see the new memory, as in PyTorch)
     us = h.untyped_storage()
-    st.host = torch.empty(0, dtype=torch.uint8, device="cpu").set_(us)
+    st.host = host_bytes(us)
     st.typed = None
     st.drop_device()
     st.nbytes = us.nbytes()
@@ -173,7 +173,7 @@ def _wrap_results(chip, result, host_to_xpu, storages):
         hit = host_to_xpu.get(id(result))
         if hit is not None and hit[0] is result:
             return hit[1]  # an in-place / out= result: the argument itself
-        if result.device.type != "cpu":
+        if not result.is_cpu:
             return result
         if result.layout != torch.strided:
             raise NotImplementedError(f"flbridge: {result.layout} tensors are not supported on fl devices "

@@ -117,7 +117,10 @@ class DeviceAllocator:
                 del self.pool_of[addr]
                 pool.reserved -= sc
             if CONFIG.caching_allocator:
-                self.cache.setdefault(sc, []).append(addr)
+                blocks = self.cache.get(sc)
+                if blocks is None:
+                    blocks = self.cache[sc] = []
+                blocks.append(addr)
                 self.cached += sc
                 return
         self.device_frees += 1
@@ -154,6 +157,13 @@ class DeviceAllocator:
 
 
 _SERIAL = itertools.count()
+_U8 = torch.empty(0, dtype=torch.uint8)
+
+
+def host_bytes(us) -> torch.Tensor:
+    """A 1-D uint8 CPU tensor over untyped storage `us` (no copy); half the
+    cost of torch.empty(0, dtype=torch.uint8, device="cpu").set_(us)."""
+    return _U8.new().set_(us)
 
 
 class GraphPool:
@@ -193,13 +203,19 @@ class Storage:
         results computed on the CPU, which nothing else references."""
         us = cpu.untyped_storage()
         st = cls(chip, us.nbytes())
-        st.host = torch.empty(0, dtype=torch.uint8, device="cpu").set_(us)
+        st.host = host_bytes(us)
         st.host_valid = True
         return st
 
     def __del__(self):
+        # drop_device() inlined (one result per op dies here): the storage is
+        # going away, so its fields need no reset
         try:
-            self.drop_device()
+            if self.dev:
+                if self.mapped:
+                    self.chip.runtime.unmap(self.dev)
+                else:
+                    self.chip.allocator.release(self.dev, self.dev_size)
         except Exception:  # noqa: BLE001 - interpreter teardown or a runtime already shut down
             pass
 

@@ -91,6 +91,7 @@ class OpRoute:
         self.seeded = torch.Tag.nondeterministic_seeded in func.tags
         self.mixed_device_ok = func in _CPU_TENSOR_ARGS_OK
         self.mutated_names = frozenset(self.opi.args[i].name for i in self.opi.mutated)
+        self.arg_written = tuple(a.name in self.mutated_names for a in self.opi.args)
         self.nargs = len(self.opi.args)
         if self.forced:
             self.static_reason = Reason("forced", "forced to the CPU by FLBRIDGE_FORCE_FALLBACK",

@@ -129,8 +129,14 @@ def host_view(t: XPUTensor) -> torch.Tensor:
     if not st.nbytes:
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
     v = st.host_flat(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
-    d["_hv"] = (st.host, v)
+    d["_hv"] = (st.host, v, st.host.untyped_storage().data_ptr())
     return v
+
+
+def host_address(t: XPUTensor) -> int:
+    """The address of t's host bytes, right after host_view(t) (cached with it)."""
+    hv = t.__dict__.get("_hv")
+    return hv[2] if hv is not None else t._st.host.untyped_storage().data_ptr()
 
 
 def host_copy(t: XPUTensor) -> torch.Tensor:
