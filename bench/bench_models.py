@@ -45,41 +45,13 @@ import torch.nn as nn  # noqa: E402
 import flbridge  # noqa: E402
 from flbridge import launch, route as _route_mod  # noqa: E402
 from flbridge.demo_models import TinyGPT, token_batch  # noqa: E402
+from floors import Floor  # noqa: E402
 
 
 def encoder():
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
     return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
-
-
-class Floor(torch.Tensor):
-    """The floor: a pass-through wrapper subclass that runs every op on the
-    CPU tensor it wraps.  No routing, residency or checks: what remains is
-    the price of __torch_dispatch__ and a wrapper per tensor."""
-
-    @staticmethod
-    def __new__(cls, elem):
-        r = torch.Tensor._make_wrapper_subclass(
-            cls, elem.shape, strides=elem.stride(), storage_offset=elem.storage_offset(),
-            dtype=elem.dtype, device=elem.device, requires_grad=elem.requires_grad)
-        r.elem = elem
-        return r
-
-    __torch_function__ = torch._C._disabled_torch_function_impl
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        a = [x.elem if type(x) is Floor else
-             [y.elem if type(y) is Floor else y for y in x] if type(x) in (list, tuple) else x for x in args]
-        out = func(*a, **{k: (v.elem if type(v) is Floor else v) for k, v in kwargs.items()}) if kwargs \
-            else func(*a)
-        t = type(out)
-        if t is torch.Tensor:
-            return Floor(out)
-        if t in (tuple, list):
-            return t(Floor(o) if type(o) is torch.Tensor else o for o in out)
-        return out
 
 
 def on_floor(module):
