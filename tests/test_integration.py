@@ -2,6 +2,7 @@
 import copy
 import warnings
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -29,6 +30,7 @@ def test_dataloader_with_worker_processes(x1v2):
     assert routes(x1v2)[("aten::convolution.default", "native")] == 3
 
 
+@pytest.mark.slow   # Dynamo's first compile takes 5 s
 def test_torch_compile_runs_each_op_through_flbridge(x1):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).to(x1)

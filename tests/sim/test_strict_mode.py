@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from .simhelp import HEADERS, LIBS
 
 PRELUDE = """
@@ -89,6 +91,7 @@ def run(body, lib, header, strict):
                           timeout=120)
 
 
+@pytest.mark.slow   # a subprocess that imports torch (2 s); the default suite keeps one abort and one code
 def test_invalid_conv_returns_error_without_strict_mode():
     r = run(X1_BAD_CONV, "libx1v2sim.so", "x1", strict=False)
     assert r.returncode == 0, r.stderr
@@ -102,12 +105,14 @@ def test_invalid_conv_aborts_in_strict_mode():
     assert "[x1v2-sim strict mode] fatal: x1_conv2d: stride=3 not in {1, 2, 4}" in r.stderr
 
 
+@pytest.mark.slow   # a subprocess that imports torch (2 s); the default suite keeps one abort and one code
 def test_strict_mode_does_not_abort_on_oom_or_device_faults():
     r = run(X1_OOM_AND_FAULT, "libx1sim.so", "x1", strict=True)
     assert r.returncode == 0, r.stderr
     assert "survived" in r.stdout
 
 
+@pytest.mark.slow   # a subprocess that imports torch (2 s); the default suite keeps one abort and one code
 def test_th1_unaligned_matmul_aborts_in_strict_mode():
     r = run(TH1_BAD_MATMUL, "libth1sim.so", "th1", strict=True)
     assert r.returncode == -signal.SIGABRT
@@ -116,6 +121,7 @@ def test_th1_unaligned_matmul_aborts_in_strict_mode():
     assert r.returncode == 0 and "returned 103" in r.stdout
 
 
+@pytest.mark.slow   # a subprocess that imports torch (2 s); the default suite keeps one abort and one code
 def test_strict_zero_means_off():
     r = run(X1_BAD_CONV, "libx1sim.so", "x1", strict="0")
     assert r.returncode == 0 and "returned 3" in r.stdout
