@@ -705,6 +705,17 @@ X1_API x1_status_t x1_batch_norm(const x1_tensor_t *input, const x1_tensor_t *we
     return code(simk_batch_norm_infer(fn, "batch_norm", &in, &w, &b, &m, &v, eps, &o));
 }
 
+/* normalized_shape must name the input's trailing dims (layer norm and its backward) */
+static sim_status normalized_dims(const char *fn, const int64_t *shape, int64_t len, const sim_view *in) {
+    if (!shape || len < 1 || len > in->ndim)
+        return sim_fail(SIM_E_INVALID_VALUE, fn, "normalized_shape has %lld dims for a %d-D input", (long long)len,
+                        in->ndim);
+    for (int64_t i = 0; i < len; i++)
+        if (shape[i] != in->shape[in->ndim - len + i])
+            return sim_fail(SIM_E_INVALID_VALUE, fn, "normalized_shape does not match the input's trailing dims");
+    return SIM_OK;
+}
+
 X1_API x1_status_t x1_layer_norm(const x1_tensor_t *input, const int64_t *normalized_shape,
                                  int64_t normalized_shape_len, const x1_tensor_t *weight,
                                  const x1_tensor_t *bias, double eps, x1_tensor_t *out,
@@ -717,13 +728,7 @@ X1_API x1_status_t x1_layer_norm(const x1_tensor_t *input, const int64_t *normal
         (st = view_of(bias, &b, fn, "bias", 1)) || (st = view_of(mean, &m, fn, "mean", 1)) ||
         (st = view_of(rstd, &r, fn, "rstd", 1)) || (st = need_float(fn, "input", &in)))
         return code(st);
-    if (!normalized_shape || normalized_shape_len < 1 || normalized_shape_len > in.ndim)
-        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "normalized_shape has %lld dims for a %d-D input",
-                             (long long)normalized_shape_len, in.ndim));
-    for (int64_t i = 0; i < normalized_shape_len; i++)
-        if (normalized_shape[i] != in.shape[in.ndim - normalized_shape_len + i])
-            return code(sim_fail(SIM_E_INVALID_VALUE, fn,
-                                 "normalized_shape does not match the input's trailing dims"));
+    if ((st = normalized_dims(fn, normalized_shape, normalized_shape_len, &in))) return code(st);
     return code(simk_layer_norm(fn, "layer_norm", &in, normalized_shape_len, &w, &b, eps, &o, &m, &r));
 }
 
@@ -797,13 +802,7 @@ X1_API x1_status_t x1_layer_norm_backward(const x1_tensor_t *grad_out, const x1_
         (st = view_of(mean, &m, fn, "mean", 0)) || (st = view_of(rstd, &r, fn, "rstd", 0)) ||
         (st = view_of(weight, &w, fn, "weight", 1)) || (st = need_float(fn, "input", &in)))
         return code(st);
-    if (!normalized_shape || normalized_shape_len < 1 || normalized_shape_len > in.ndim)
-        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "normalized_shape has %lld dims for a %d-D input",
-                             (long long)normalized_shape_len, in.ndim));
-    for (int64_t i = 0; i < normalized_shape_len; i++)
-        if (normalized_shape[i] != in.shape[in.ndim - normalized_shape_len + i])
-            return code(sim_fail(SIM_E_INVALID_VALUE, fn,
-                                 "normalized_shape does not match the input's trailing dims"));
+    if ((st = normalized_dims(fn, normalized_shape, normalized_shape_len, &in))) return code(st);
     if ((gw.present || gb.present) && !w.present)
         return code(sim_fail(SIM_E_INVALID_VALUE, fn, "grad_weight and grad_bias need weight (an affine layer norm)"));
     return code(simk_layer_norm_backward(fn, "layer_norm_backward", &g, &in, normalized_shape_len, &m, &r, &w,
