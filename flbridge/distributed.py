@@ -307,6 +307,15 @@ class FLProcessGroup(dist.ProcessGroup):
         _count("host", "all_reduce", stage.nbytes, stage)
         return _after(host_fn(hs, opts), stage, tensors, what, self)
 
+    def _host_to_lists(self, host_fn, outputs, inputs, opts, coll: str, what: str):
+        """A host-path collective from a list of tensors into lists of
+        tensors (all_gather, its coalesced form, gather)."""
+        stage = HostStage()
+        hi = [stage.read(t) for t in inputs]
+        ho = [[stage.write(t, read=False) for t in lst] for lst in outputs]
+        _count("host", coll, sum(t.numel() * t.element_size() for t in inputs), stage)
+        return _after(host_fn(ho, hi, opts), stage, outputs, what, self)
+
     def broadcast(self, tensors, opts=None):
         opts = opts or dist.BroadcastOptions()
         if self._vendor("broadcast", tensors):
@@ -324,20 +333,13 @@ class FLProcessGroup(dist.ProcessGroup):
         if len(input_tensors) == 1 and self._vendor("all_gather", [*input_tensors, *output_tensors[0]]):
             self._vendor_all_gather_list(output_tensors[0], input_tensors[0])
             return _done(output_tensors)
-        stage = HostStage()
-        hi = [stage.read(t) for t in input_tensors]
-        ho = [[stage.write(t, read=False) for t in lst] for lst in output_tensors]
-        _count("host", "all_gather", sum(t.numel() * t.element_size() for t in input_tensors), stage)
-        return _after(self._host.allgather(ho, hi, opts), stage, output_tensors, "all_gather", self)
+        return self._host_to_lists(self._host.allgather, output_tensors, input_tensors, opts, "all_gather",
+                                   "all_gather")
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         opts = opts or dist.AllgatherOptions()
-        stage = HostStage()
-        hi = [stage.read(t) for t in input_list]
-        ho = [[stage.write(t, read=False) for t in lst] for lst in output_lists]
-        _count("host", "all_gather", sum(t.numel() * t.element_size() for t in input_list), stage)
-        return _after(self._host.allgather_coalesced(ho, hi, opts), stage, output_lists, "allgather_coalesced",
-                      self)
+        return self._host_to_lists(self._host.allgather_coalesced, output_lists, input_list, opts, "all_gather",
+                                   "allgather_coalesced")
 
     def all_gather_single(self, output, input, opts=None):
         opts = opts or dist.AllgatherOptions()
@@ -427,11 +429,7 @@ class FLProcessGroup(dist.ProcessGroup):
 
     def gather(self, output_tensors, input_tensors, opts=None):
         opts = opts or dist.GatherOptions()
-        stage = HostStage()
-        hi = [stage.read(t) for t in input_tensors]
-        ho = [[stage.write(t, read=False) for t in lst] for lst in output_tensors]
-        _count("host", "gather", sum(t.numel() * t.element_size() for t in input_tensors), stage)
-        return _after(self._host.gather(ho, hi, opts), stage, output_tensors, "gather", self)
+        return self._host_to_lists(self._host.gather, output_tensors, input_tensors, opts, "gather", "gather")
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts or dist.ScatterOptions()
