@@ -94,26 +94,25 @@ def binary_case(x1name, th1name, torch_fn, shape, other_shape=None, alpha=None):
 T, D, H, FF = 256, 64, 4, 128  # token rows, d_model, heads, feed-forward
 
 
-@case("copy_heads", "transformer", "copy: clone of [32,32,16].transpose(0,1) (16k)")
-def _copy_heads(chip):
-    x = torch.randn(32, 32, 16)
-    v = x.transpose(0, 1)
+def _clone_view(chip, x, v):
+    """The chip's copy of view `v` of `x` into a dense tensor, beside torch's."""
     sd = chip.desc(chip.upload(x), v.shape, v.stride())
     o, od = chip.empty(v.shape)
     dst = torch.empty(v.shape)
     fn = chip.lib.x1_copy if chip.kind == "x1" else chip.lib.th1Copy
     return lambda: fn(sd, od), lambda: dst.copy_(v), lambda: close(chip.get(o, v.shape), v, 0, 0)
+
+
+@case("copy_heads", "transformer", "copy: clone of [32,32,16].transpose(0,1) (16k)")
+def _copy_heads(chip):
+    x = torch.randn(32, 32, 16)
+    return _clone_view(chip, x, x.transpose(0, 1))
 
 
 @case("copy_t2d", "transformer", "copy: clone of [256,64].t() (16k)")
 def _copy_t2d(chip):
     x = torch.randn(T, D)
-    v = x.t()
-    sd = chip.desc(chip.upload(x), v.shape, v.stride())
-    o, od = chip.empty(v.shape)
-    dst = torch.empty(v.shape)
-    fn = chip.lib.x1_copy if chip.kind == "x1" else chip.lib.th1Copy
-    return lambda: fn(sd, od), lambda: dst.copy_(v), lambda: close(chip.get(o, v.shape), v, 0, 0)
+    return _clone_view(chip, x, x.t())
 
 
 @case("copy_half", "transformer", "copy: [256,64] float32 -> float16/bfloat16")
