@@ -49,6 +49,19 @@ class Plan:
     consumed: frozenset    # aten indices the kernel receives
 
 
+def type_aliases(ffi, header, ctype: str) -> set:
+    """The header's typedef names that denote the C type `ctype` (for a
+    tensor struct: x1_tensor_t beside struct x1_tensor)."""
+    out = set()
+    for name in header.typedefs:
+        try:
+            if ffi.typeof(name) is ffi.typeof(ctype):
+                out.add(name)
+        except Exception:  # noqa: BLE001 - not a type cffi knows
+            pass
+    return out
+
+
 def _classify(p, struct_types: set[str], enum_types: set[str]) -> str:
     base = p.base
     if p.pointer_depth == 1 and base in struct_types:

@@ -129,15 +129,24 @@ def _join_continuations(text: str) -> list[str]:
 def _expand_names(expr: str, table: dict, path: str, line: int) -> str:
     """Object-like macro substitution, repeated (nested macros), bounded:
     a header whose macros grow without end is an error, not a hang."""
+    out = _substitute(expr, table, cexpr.MAX_LENGTH)
+    if out is None:
+        raise HeaderError(path, line, f"macro expansion longer than {cexpr.MAX_LENGTH} characters "
+                                      f"(a macro that expands to itself?)")
+    return out
+
+
+def _substitute(text: str, table: dict, limit: int) -> str | None:
+    """`text` with the object-like macros of `table` replaced, repeatedly
+    (nested macros, at most 8 rounds); None once it grows past `limit`."""
     for _ in range(8):
-        new = _IDENT.sub(lambda m: table[m.group(0)] or "" if m.group(0) in table else m.group(0), expr)
-        if len(new) > cexpr.MAX_LENGTH:
-            raise HeaderError(path, line, f"macro expansion longer than {cexpr.MAX_LENGTH} characters "
-                                          f"(a macro that expands to itself?)")
-        if new == expr:
+        new = _IDENT.sub(lambda m: table[m.group(0)] or "" if m.group(0) in table else m.group(0), text)
+        if len(new) > limit:
+            return None
+        if new == text:
             break
-        expr = new
-    return expr
+        text = new
+    return text
 
 
 def _eval_pp(expr: str, macros: dict[str, str | None], path: str, line: int) -> int:
@@ -320,15 +329,11 @@ def preprocess(text: str, path: str = "<header>") -> tuple[str, dict[str, int]]:
     def expand_line(lineno: int, line: str) -> str:
         if line.startswith("#define"):
             return line
-        for _ in range(8):
-            new = _IDENT.sub(lambda m: expand[m.group(0)] if m.group(0) in expand else m.group(0), line)
-            if len(new) > MAX_EXPANDED_LINE:
-                raise HeaderError(path, lineno, f"macro expansion makes this line longer than "
-                                                f"{MAX_EXPANDED_LINE} characters")
-            if new == line:
-                break
-            line = new
-        return line
+        out = _substitute(line, expand, MAX_EXPANDED_LINE)
+        if out is None:
+            raise HeaderError(path, lineno, f"macro expansion makes this line longer than "
+                                            f"{MAX_EXPANDED_LINE} characters")
+        return out
 
     body = "\n".join(expand_line(i, ln) for i, ln in enumerate(body.split("\n"), 1))
     body = _expand_calls(body, funclike, path, 4 * len(text) + (1 << 20))

@@ -286,10 +286,3 @@ def find_roles(header: Header, prefix: str, struct_types: set, enum_types: set) 
         order = tuple("dst" if _classify(p, struct_types, enum_types) == "desc" else "value" for p in f.params)
         roles["fill"].args = None if order == tuple(p.name for p in f.params) else order
     return roles
-
-
-def same_type(ffi, a: str, b: str) -> bool:
-    try:
-        return ffi.typeof(a) is ffi.typeof(b)
-    except Exception:  # noqa: BLE001 - not a type cffi knows
-        return False

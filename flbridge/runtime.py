@@ -23,7 +23,7 @@ import cffi
 import torch
 
 from . import launch
-from .binding import BindError, Plan, plan_call
+from .binding import BindError, Plan, plan_call, type_aliases
 from .cheader import Header, load_header
 from .errors import DeviceError, HeaderError, RuntimeLoadError, SpecProblem
 from .registry import ROLE_PARAMS, DeviceSpec, OpEntry, dtype_name
@@ -398,7 +398,7 @@ def _bind(spec: DeviceSpec, load: bool):
         return None, problems, load_errors
     order = [name for name, _ in sty.fields]
     # typedef names that denote the struct (x1_tensor_t / struct x1_tensor)
-    struct_types |= {name for name in header.typedefs if _same_type(ffi, name, ts.type)}
+    struct_types |= type_aliases(ffi, header, ts.type)
     enum_types = {name for name in header.typedefs if _is_enum(ffi, name)}
 
     # dtype codes
@@ -485,13 +485,6 @@ def _fits(ffi, decl, pname: str, value) -> bool:
     except Exception:  # noqa: BLE001 - OverflowError, TypeError, ffi.error: it does not fit
         return False
     return True
-
-
-def _same_type(ffi, a: str, b: str) -> bool:
-    try:
-        return ffi.typeof(a) is ffi.typeof(b)
-    except Exception:  # noqa: BLE001 - not a type cffi knows
-        return False
 
 
 def _is_enum(ffi, name: str) -> bool:

@@ -29,10 +29,10 @@ from pathlib import Path
 
 import torch
 
+from .binding import type_aliases
 from .cheader import Function, load_header
 from .errors import FlbridgeError, SpecError
-from .headerfacts import (find_dtype_enum, find_roles, find_status_enum, find_tensor_struct, same_type,
-                          vendor_prefix)
+from .headerfacts import find_dtype_enum, find_roles, find_status_enum, find_tensor_struct, vendor_prefix
 from .opmatch import find_ops, yaml_value
 from .registry import ROLE_PARAMS, dtype_name
 
@@ -92,7 +92,7 @@ def scaffold(header_path: str | Path, so_path: str | Path, name: str, *, vendor:
     status = find_status_enum(header)
     struct_types = {struct.type} if struct else set()
     if struct:
-        struct_types |= {t for t in header.typedefs if same_type(ffi, t, struct.type)}
+        struct_types |= type_aliases(ffi, header, struct.type)
     enum_types = {t for t in header.typedefs if t in header.enums}
     codes = {dt: m for dt, m in (denum[1].items() if denum else ())}
     floats = tuple(d for d in (torch.float32, torch.float16, torch.bfloat16) if d in codes) or \
