@@ -208,14 +208,8 @@ class Storage:
         return st
 
     def __del__(self):
-        # drop_device() inlined (one result per op dies here): the storage is
-        # going away, so its fields need no reset
         try:
-            if self.dev:
-                if self.mapped:
-                    self.chip.runtime.unmap(self.dev)
-                else:
-                    self.chip.allocator.release(self.dev, self.dev_size)
+            self.drop_device()
         except Exception:  # noqa: BLE001 - interpreter teardown or a runtime already shut down
             pass
 
