@@ -30,8 +30,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import flbridge  # noqa: E402
-from flbridge.demo import SmallCNN, synthetic_batch  # noqa: E402
-from flbridge.demo_models import TinyGPT, token_batch  # noqa: E402
+from flbridge.demos.models import SmallCNN, TinyGPT, synthetic_batch, token_batch  # noqa: E402
 
 
 def _batches(kind, n, batch, seq):

@@ -5,7 +5,7 @@ side by side in one run.
 
 For each model (the demo's CNN on xpu:x1-v2, the small GPT on xpu:th1) it
 runs the same 2-rank DDP training three ways, each a fresh pair of
-processes (flbridge.distributed_demo.run_ranks):
+processes (flbridge.demos.ddp.run_ranks):
 
   cpu gloo     the model on the CPU, init_process_group("gloo"): the baseline
   fl host      fl tensors, backend flccl, every collective staged through gloo
@@ -43,7 +43,7 @@ from pathlib import Path
 os.environ.setdefault("FLBRIDGE_WARN", "off")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from flbridge.distributed_demo import DDPConfig, run_ranks  # noqa: E402
+from flbridge.demos.ddp import DDPConfig, run_ranks  # noqa: E402
 
 CASES = {"cnn": "xpu:x1-v2", "gpt": "xpu:th1"}
 
@@ -101,7 +101,7 @@ def latency(device: str, sizes: list) -> dict:
 
     import torch
 
-    from flbridge.distributed_demo import spawn
+    from flbridge.demos.ddp import spawn
     out = {}
     for vendor in (False, True):
         with tempfile.TemporaryDirectory() as tmp:

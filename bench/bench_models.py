@@ -9,7 +9,7 @@ computation on the CPU (torch at one thread, as the simulators run one):
   encoder fwd     a 2-layer transformer encoder (d_model 64, 4 heads, FFN
                   128, batch 8 x 32 tokens), inference; PyTorch's fused
                   fast path off so the model runs op by op as in training
-  gpt train step  flbridge.demo_models.TinyGPT (137k parameters, tied
+  gpt train step  flbridge.demos.models.TinyGPT (137k parameters, tied
                   embedding): forward, cross-entropy, backward, AdamW step
   encoder replay  the encoder forward captured once in a torch.fl.FLGraph
                   and replayed (static input)
@@ -43,8 +43,9 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 import flbridge  # noqa: E402
-from flbridge import launch, route as _route_mod  # noqa: E402
-from flbridge.demo_models import TinyGPT, token_batch  # noqa: E402
+from flbridge.binding import launch  # noqa: E402
+import flbridge.routing.route as _route_mod  # noqa: E402
+from flbridge.demos.models import TinyGPT, token_batch  # noqa: E402
 from floors import Floor  # noqa: E402
 
 

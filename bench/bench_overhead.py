@@ -27,7 +27,7 @@ Part 3, what observing costs, per 16-element add, interleaved the same way:
   off              nothing attached: the path every program takes (the same
                    code as before the observability hooks existed)
   no-op observer   an observer attached that does nothing: the slow path's
-                   own machinery (flbridge.launch)
+                   own machinery (flbridge.binding.launch)
   profiler session flbridge.profiler's observer alone: route per op, device
                    time from the runtime's kernel timer
   torch.profiler   torch.profiler.profile(activities=[CPU, fl]) around the
@@ -51,7 +51,7 @@ import torch  # noqa: E402
 
 import flbridge  # noqa: E402
 from flbridge import config  # noqa: E402
-from flbridge.demo import SmallCNN  # noqa: E402
+from flbridge.demos.models import SmallCNN  # noqa: E402
 from floors import Passthrough  # noqa: E402
 
 
@@ -196,8 +196,9 @@ class NoOpObserver:
 def profiling_cost(chip_name: str, rounds: int, iters: int) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
-    from flbridge import launch, profiler
-    from flbridge.compare import AutoCompare
+    from flbridge.binding import launch
+    from flbridge.observe import profiler
+    from flbridge.observe.autocompare import AutoCompare
     dev = flbridge.torch_device(chip_name)
     a, b = torch.randn(16).to(dev), torch.randn(16).to(dev)
 

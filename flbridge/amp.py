@@ -36,9 +36,9 @@ import weakref
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from .devices import _STATE, CURRENT_DEVICE_HOOKS, chip_for, current_device
-from .errors import FlbridgeError
-from .registry import AMP_DTYPES, dtype_name
+from .devices import CURRENT_DEVICE_HOOKS, chip_at, chip_for, current_device
+from .errors import AmpDtypeError
+from .specs import AMP_DTYPES, dtype_name
 from .tensor import XPUTensor
 
 # ------------------------------------------------------------ the op lists
@@ -101,31 +101,6 @@ def policies() -> dict:
 
 # ------------------------------------------------------------------ errors
 
-class AmpDtypeError(FlbridgeError, RuntimeError):
-    """Autocast asked a chip for a lower-precision dtype it does not have."""
-
-    def __init__(self, chip, dtype: torch.dtype):
-        caps = chip.spec.capabilities
-        self.device_type, self.index, self.dtype = chip.device_type, chip.index, dtype
-        self.spec_file = chip.spec.file
-        self.supported = [d for d in AMP_DTYPES if d in caps.dtypes]
-        self.default = caps.amp_dtype
-        where = (f"fl:{chip.index} ({chip.device_type}, spec {chip.spec.file}: capabilities.dtypes "
-                 f"{', '.join(dtype_name(d) for d in caps.dtypes)})")
-        if self.default is None:
-            msg = (f"autocast cannot run on {where}: it has no lower-precision float dtype "
-                   f"({' or '.join(dtype_name(d) for d in AMP_DTYPES)}). Run this part outside autocast "
-                   f"(torch.autocast('fl', enabled=False)) or add such a dtype to the spec if the chip has one.")
-        else:
-            ok = " or ".join(f"torch.{dtype_name(d)}" for d in self.supported)
-            msg = (f"autocast on fl lowers to {dtype_name(dtype)}, which {where} does not support; autocast "
-                   f"can use {ok} there (capabilities.amp_dtype: {dtype_name(self.default)}). Pass "
-                   f"dtype=torch.{dtype_name(self.default)} to torch.autocast, or make fl:{chip.index} the "
-                   f"current device before entering autocast (torch.fl.set_device({chip.index}) or "
-                   f"flbridge.device('{chip.device_type}')) so the default is its dtype, or use "
-                   f"torch.fl.amp.autocast(), which picks the current chip's dtype.")
-        super().__init__(msg)
-
 
 _CHIP_DTYPES: dict = {}
 
@@ -136,7 +111,7 @@ def _check_chip(t, to: torch.dtype) -> None:
     if ok is None:
         ok = _CHIP_DTYPES[chip] = frozenset(d for d in AMP_DTYPES if d in chip.spec.capabilities.dtypes)
     if to not in ok:
-        raise AmpDtypeError(chip, to)
+        raise AmpDtypeError(chip, to, AMP_DTYPES)
 
 
 # -------------------------------------------------------------- the casts
@@ -341,10 +316,10 @@ def _follow_current_chip(index: int) -> None:
     """PyTorch keeps one autocast dtype per device type: fl's default is the
     current chip's (torch.autocast("fl") without dtype reads it).  Inside an
     enabled region the region's dtype stays."""
-    if torch.is_autocast_enabled("fl") or not 0 <= index < len(_STATE.chips):
+    chip = chip_at(index)
+    if torch.is_autocast_enabled("fl") or chip is None:
         return
-    chip = _STATE.chips[index]
-    dt = chip.spec.capabilities.amp_dtype if getattr(chip, "available", True) else None
+    dt = chip.spec.capabilities.amp_dtype
     if dt is not None:
         torch.set_autocast_dtype("fl", dt)
 
@@ -375,9 +350,9 @@ class autocast(torch.amp.autocast):  # named like torch.cuda.amp.autocast
             if dtype is None:
                 dtype = chip.spec.capabilities.amp_dtype
                 if dtype is None:
-                    raise AmpDtypeError(chip, torch.float16)
+                    raise AmpDtypeError(chip, torch.float16, AMP_DTYPES)
             if dtype in _LOWER and dtype not in chip.spec.capabilities.dtypes:
-                raise AmpDtypeError(chip, dtype)
+                raise AmpDtypeError(chip, dtype, AMP_DTYPES)
         super().__init__("fl", dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
     def __exit__(self, *exc):

@@ -38,8 +38,8 @@ def validate(paths: list[str], out=None, static: bool = False) -> int:
     header only (the library is not loaded, `python:` modules are not
     imported)."""
     out = out or sys.stdout
-    from .registry import load_specs
-    from .runtime import bind_runtime, check_static
+    from .specs import load_specs
+    from .binding import bind_runtime, check_static
 
     files, missing = _spec_files(paths)
     bad = 0
@@ -83,9 +83,8 @@ def devices(out=None) -> int:
     (which keep their index).  Exit status 1 when one is unavailable."""
     out = out or sys.stdout
     import flbridge
-    from . import backend
     flbridge.init()
-    slots = backend.chips()
+    slots = flbridge.chips()
     for chip in slots:
         if chip.available:
             s = chip.spec
@@ -148,7 +147,7 @@ def _parser() -> argparse.ArgumentParser:
                                           "without running a kernel")
     cov.add_argument("target", help="FILE.py[:NAME] or module[:NAME]: NAME (default `example`) returns (model, "
                                     "example_inputs) or (model, example_inputs, loss_fn); e.g. "
-                                    "flbridge.opcoverage:example_gpt")
+                                    "flbridge.demos.models:example_gpt")
     cov.add_argument("--device", action="append", default=None,
                      help="a chip (xpu:<name> or fl:<index>); repeat for several side by side; default: all")
     cov.add_argument("--format", choices=("text", "markdown", "json"), default="text")
@@ -182,21 +181,21 @@ def _run(a) -> int:
     if a.cmd == "devices":
         return devices()
     if a.cmd == "doctor":
-        from .doctor import main as doctor_main
+        from .tools.doctor import main as doctor_main
         return doctor_main(["--json"] if a.json else [])
     if a.cmd == "coverage":
-        from .opcoverage import cli as coverage_cli
+        from .observe.coverage import cli as coverage_cli
         return coverage_cli(a.target, a.device, a.format, not a.no_backward, a.optimizer)
     if a.cmd == "scaffold":
-        from .scaffold import scaffold_command
+        from .tools.scaffold import scaffold_command
         return scaffold_command(a.header, a.so, a.name, vendor=a.vendor, model=a.model, output=a.output)
     if a.graph:
-        from .demo_graph import run_graph_demo
+        from .demos.graph import run_graph_demo
         return run_graph_demo(device=a.device, batch=a.batch if a.batch != 16 else 8)
     if a.nproc > 1:
-        from .distributed_demo import run_ddp_demo
+        from .demos.ddp import run_ddp_demo
         return run_ddp_demo(nproc=a.nproc, steps=a.steps, device=a.device, batch=a.batch)
-    from .demo import run_demo
+    from .demos.train import run_demo
     return run_demo(steps=a.steps, device=a.device, batch=a.batch, model=a.model)
 
 

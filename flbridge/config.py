@@ -13,6 +13,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 
+from .errors import ConfigWarning
 from .suggest import closest
 
 KNOWN = {
@@ -31,9 +32,8 @@ KNOWN = {
 }
 LOG_TOPICS = ("dispatch", "fallback", "transfer")
 
-
-class ConfigWarning(UserWarning):
-    pass
+# the `flbridge` logger: FLBRIDGE_LOG topics print through it (see _log_to_stderr)
+log = logging.getLogger("flbridge")
 
 
 @dataclass
@@ -129,7 +129,6 @@ def _log_to_stderr(topics) -> None:
     """Setting FLBRIDGE_LOG is enough to see its lines: the flbridge logger
     logs at INFO and prints to stderr by itself (Python drops INFO records
     when logging is not configured)."""
-    log = logging.getLogger("flbridge")
     for h in [h for h in log.handlers if isinstance(h, _StderrHandler)]:
         log.removeHandler(h)
     if topics:

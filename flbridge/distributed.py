@@ -9,9 +9,9 @@ paths:
 
 * **vendor**: when the chip's spec has a ``collectives:`` section that runs
   the collective, dtype and reduction, the chip's library moves device
-  memory to device memory (:mod:`flbridge.ccl`); nothing crosses the bus.
+  memory to device memory (:mod:`flbridge.binding.ccl`); nothing crosses the bus.
 * **host**: otherwise the tensors go through a ProcessGroupGloo held inside,
-  staged over their own host bytes (:mod:`flbridge.hoststage`): at most one
+  staged over their own host bytes (:mod:`flbridge.tensor.hoststage`): at most one
   download and one (lazy) upload per buffer, none on a chip that maps host
   memory.  CPU tensors always take this path.
 
@@ -40,14 +40,11 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroupGloo
 
-from .ccl import CollectiveError, ccl_for
 from .config import CONFIG
-from .devices import _STATE, current_device
-from .errors import FlbridgeError
-from .hoststage import HostStage
-from .reasons import FallbackWarning, user_stacklevel
-from .residency import make_resident
-from .tensor import XPUTensor, covers_storage, new_tensor
+from .devices import chip_at, current_device
+from .errors import CollectiveError, CollectiveFallbackWarning, MixedChipsError, user_stacklevel
+from .tensor import HostStage, XPUTensor, covers_storage, make_resident, new_tensor
+from .binding import ccl_for
 
 BACKEND = "flccl"
 _REGISTERED = False
@@ -56,25 +53,6 @@ _LOCK = threading.Lock()
 # collective counters: (path, collective, "calls" / "bytes" / "staged_d2h_bytes") -> n; see stats()
 _COUNTS: Counter = Counter()
 _WARNED: set = set()
-
-
-class CollectiveFallbackWarning(FallbackWarning):
-    """A collective on fl tensors took the host path because the chip's
-    collectives library cannot run it (said once per collective, dtype and chip)."""
-
-
-class MixedChipsError(FlbridgeError, RuntimeError):
-    """The ranks of a process group are on different chip types."""
-
-    def __init__(self, by_rank: dict, rank: int):
-        self.by_rank, self.rank = by_rank, rank
-        listing = ", ".join(f"rank {r} {dt}" for r, dt in sorted(by_rank.items()))
-        mine = by_rank[rank]
-        super().__init__(
-            f"flccl: the ranks of this process group are on different chip types ({listing}). "
-            f"A group moves one chip type's tensors: on every rank, make the same chip type current "
-            f"with torch.fl.set_device('xpu:<name>') before init_process_group (this is rank {rank}, "
-            f"current device {mine}).")
 
 
 def register() -> None:
@@ -529,10 +507,7 @@ class _device_buffer:
 def _agree_on_chip(store, rank: int, size: int):
     """This rank's chip (the current fl device), after checking through the
     store that every rank's is of the same type."""
-    chips = [c for c in _STATE.chips if getattr(c, "available", True)]
-    chip = _STATE.chips[current_device()] if chips and current_device() < len(_STATE.chips) else None
-    if chip is not None and not getattr(chip, "available", True):
-        chip = None
+    chip = chip_at(current_device())
     mine = f"{chip.device_type} ({chip.device})" if chip is not None else "no fl device"
     store.set(f"chip/{rank}", mine)
     by_rank = {r: store.get(f"chip/{r}").decode() for r in range(size)}

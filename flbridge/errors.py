@@ -1,7 +1,13 @@
-"""flbridge's exceptions.  Each carries the facts as fields and a message that
-says what to change."""
+"""flbridge's exceptions and warnings, all of them: each carries the facts as
+fields and a message that says what to change.
+
+A leaf module (torch only), so every layer can raise what it needs without
+importing a layer above it.  Sections: specs and headers, the vendor runtime
+and memory, routing, and the features built on top (autocast, graphs,
+collectives, autocompare)."""
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -65,6 +71,11 @@ class DeviceError(FlbridgeError, RuntimeError):
         super().__init__(f"{device_type}: {function} failed with {status_name} ({status}): {message}")
 
 
+class DeviceOOM(DeviceError):
+    """The runtime reported out-of-memory (the allocator retries, then raises
+    flbridge.OutOfMemoryError)."""
+
+
 class OutOfMemoryError(torch.OutOfMemoryError, FlbridgeError):
     """Device memory is exhausted (after releasing the cache and retrying)."""
 
@@ -126,3 +137,135 @@ class SpecWarning(UserWarning):
     def __init__(self, message: str, *, index: int = -1, file: str = "", problems=()):
         super().__init__(message)
         self.index, self.file, self.problems = index, file, list(problems)
+
+
+class SpecDirWarning(UserWarning):
+    pass
+
+
+class ConfigWarning(UserWarning):
+    pass
+
+
+# ---------------------------------------------- parsing (turned into SpecProblems / HeaderErrors by callers)
+
+class CExprError(ValueError):
+    """Not a valid or not a bounded integer constant expression."""
+
+
+class NotConstant(CExprError):
+    """The expression names something that is not an integer (a type in a
+    cast, a function): it is not a constant, which is not an error in a
+    #define."""
+
+
+class OpNameError(ValueError):
+    pass
+
+
+class BindError(ValueError):
+    pass
+
+
+# ------------------------------------------------------------------ routing
+
+class FallbackWarning(UserWarning):
+    """An op did not run natively (said once per op, chip and kind of reason)."""
+
+
+_PKG_DIR = __file__.rsplit("/", 1)[0]
+_TORCH_DIR = torch.__file__.rsplit("/", 1)[0]
+
+
+def user_frame():
+    """The first frame outside flbridge and torch (the user's line), or None."""
+    f = sys._getframe(1)
+    while f is not None and (f.f_code.co_filename.startswith(_PKG_DIR) or
+                             f.f_code.co_filename.startswith(_TORCH_DIR)):
+        f = f.f_back
+    return f
+
+
+def user_stacklevel() -> int:
+    """stacklevel pointing warnings.warn at the first frame outside flbridge
+    and torch (the user's line)."""
+    f, level = sys._getframe(1), 1
+    while f is not None and (f.f_code.co_filename.startswith(_PKG_DIR) or
+                             f.f_code.co_filename.startswith(_TORCH_DIR)):
+        f, level = f.f_back, level + 1
+    return level
+
+
+# ----------------------------------------------------------------- features
+
+class AmpDtypeError(FlbridgeError, RuntimeError):
+    """Autocast asked a chip for a lower-precision dtype it does not have."""
+
+    def __init__(self, chip, dtype: torch.dtype, amp_dtypes: tuple):
+        """`amp_dtypes`: the dtypes autocast may lower to, in order of preference."""
+        caps = chip.spec.capabilities
+        self.device_type, self.index, self.dtype = chip.device_type, chip.index, dtype
+        self.spec_file = chip.spec.file
+        self.supported = [d for d in amp_dtypes if d in caps.dtypes]
+        self.default = caps.amp_dtype
+        where = (f"fl:{chip.index} ({chip.device_type}, spec {chip.spec.file}: capabilities.dtypes "
+                 f"{', '.join(_dtype_name(d) for d in caps.dtypes)})")
+        if self.default is None:
+            msg = (f"autocast cannot run on {where}: it has no lower-precision float dtype "
+                   f"({' or '.join(_dtype_name(d) for d in amp_dtypes)}). Run this part outside autocast "
+                   f"(torch.autocast('fl', enabled=False)) or add such a dtype to the spec if the chip has one.")
+        else:
+            ok = " or ".join(f"torch.{_dtype_name(d)}" for d in self.supported)
+            msg = (f"autocast on fl lowers to {_dtype_name(dtype)}, which {where} does not support; autocast "
+                   f"can use {ok} there (capabilities.amp_dtype: {_dtype_name(self.default)}). Pass "
+                   f"dtype=torch.{_dtype_name(self.default)} to torch.autocast, or make fl:{chip.index} the "
+                   f"current device before entering autocast (torch.fl.set_device({chip.index}) or "
+                   f"flbridge.device('{chip.device_type}')) so the default is its dtype, or use "
+                   f"torch.fl.amp.autocast(), which picks the current chip's dtype.")
+        super().__init__(msg)
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    return str(dt).replace("torch.", "")
+
+
+class GraphCaptureError(FlbridgeError, RuntimeError):
+    """Something in the captured region cannot be replayed."""
+
+
+class CollectiveError(FlbridgeError, RuntimeError):
+    """A collective failed: the vendor library returned an error, or a peer
+    rank is gone.  The process group cannot be used after it."""
+
+    def __init__(self, message: str, *, device_type: str = "", function: str = "", status: int | None = None,
+                 status_name: str = "", vendor_message: str = ""):
+        self.device_type, self.function, self.status = device_type, function, status
+        self.status_name, self.vendor_message = status_name, vendor_message
+        super().__init__(message)
+
+
+class CollectiveFallbackWarning(FallbackWarning):
+    """A collective on fl tensors took the host path because the chip's
+    collectives library cannot run it (said once per collective, dtype and chip)."""
+
+
+class MixedChipsError(FlbridgeError, RuntimeError):
+    """The ranks of a process group are on different chip types."""
+
+    def __init__(self, by_rank: dict, rank: int):
+        self.by_rank, self.rank = by_rank, rank
+        listing = ", ".join(f"rank {r} {dt}" for r, dt in sorted(by_rank.items()))
+        mine = by_rank[rank]
+        super().__init__(
+            f"flccl: the ranks of this process group are on different chip types ({listing}). "
+            f"A group moves one chip type's tensors: on every rank, make the same chip type current "
+            f"with torch.fl.set_device('xpu:<name>') before init_process_group (this is rank {rank}, "
+            f"current device {mine}).")
+
+
+class AutocompareWarning(UserWarning):
+    """An op's result on a chip differs from the CPU's (said once per op)."""
+
+
+class AutocompareError(AssertionError):
+    """raise_on_mismatch=True and some op differed from the CPU."""

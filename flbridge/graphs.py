@@ -21,14 +21,10 @@ import weakref
 
 import torch
 
-from . import launch
 from .devices import chip_for, current_device
-from .errors import FlbridgeError
-from .residency import _SERIAL, GraphPool, make_resident
-
-
-class GraphCaptureError(FlbridgeError, RuntimeError):
-    """Something in the captured region cannot be replayed."""
+from .errors import GraphCaptureError
+from .tensor import GraphPool, make_resident, next_serial
+from .binding import launch
 
 
 class FLGraph:
@@ -70,7 +66,7 @@ class FLGraph:
             raise RuntimeError(f"the pool belongs to {pool.chip.device}, the capture runs on {self.chip.device}")
         self.mem_pool = pool
         pool.graphs += 1
-        self._first_sid = next(_SERIAL)
+        self._first_sid = next_serial()
         self._capturing = True
         launch.STATE.capture = self
 
@@ -253,7 +249,6 @@ class graph:  # noqa: N801 - torch.cuda.graph's spelling
 
 def is_current_stream_capturing() -> bool:
     return launch.STATE.capture is not None
-
 
 
 def make_graphed_callables(callables, sample_args, num_warmup_iters: int = 3, allow_unused_input: bool = False,

@@ -77,7 +77,7 @@ def routes(device) -> dict:
 
 def sim_kernels(device) -> dict:
     """The simulator's own per-kernel launch counters for the chip."""
-    from flbridge.backend import chip_for
+    from flbridge.devices import chip_for
     rt = chip_for(device).runtime
     ffi, lib = rt.ffi, rt.lib
     if hasattr(lib, "x1_get_kernel_counters"):

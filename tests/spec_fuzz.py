@@ -43,9 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import flbridge  # noqa: E402
-from flbridge.cheader import load_header  # noqa: E402
-from flbridge.registry import load_spec  # noqa: E402
-from flbridge.runtime import bind_runtime, check_static  # noqa: E402
+from flbridge.binding import load_header  # noqa: E402
+from flbridge.specs import load_spec  # noqa: E402
+from flbridge.binding import bind_runtime, check_static  # noqa: E402
 
 TIME_LIMIT_S = 2.0
 MEMORY_LIMIT_MB = 200

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 
 import flbridge
 from flbridge import amp
-from flbridge.demo import SmallCNN
-from flbridge.registry import load_spec
+from flbridge.demos.models import SmallCNN
+from flbridge.specs import load_spec
 from tests.conftest import routes, sim_kernels
 from tests.test_registry import SPECS, X1_TEXT, line_of, problems, spec_text, write
 

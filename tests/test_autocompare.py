@@ -14,10 +14,9 @@ import torch
 import torch.nn.functional as F
 
 import flbridge
-from flbridge.backend import chip_for
-from flbridge.compare import AutocompareError, AutocompareWarning
-from flbridge.demo import SmallCNN, synthetic_batch
-from flbridge.demo_models import TinyGPT, token_batch
+from flbridge.devices import chip_for
+from flbridge.errors import AutocompareError, AutocompareWarning
+from flbridge.demos.models import SmallCNN, TinyGPT, synthetic_batch, token_batch
 from tests.conftest import routes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,7 +131,7 @@ def test_raise_on_mismatch_and_op_selection(x1):
         assert set(ac.compared) == {("aten::mul.Tensor", "xpu:x1")}
         with flbridge.autocompare(tolerances={r"aten::add": (0.0, 2.0)}, raise_on_mismatch=True, warn=False):
             a + b                                          # within this op's own tolerance
-    from flbridge import launch
+    from flbridge.binding import launch
     assert not launch.WATCH.active
 
 

@@ -2,7 +2,7 @@
 import cffi
 import pytest
 
-from flbridge.cheader import load_header, parse_functions, preprocess
+from flbridge.binding.header import load_header, parse_functions, preprocess
 from flbridge.errors import HeaderError
 
 VENDOR_HEADER = r'''
@@ -129,7 +129,7 @@ def test_enum_members_get_their_c_values_without_loading(tmp_path):
 
 
 def test_c_arithmetic_follows_c_not_python():
-    from flbridge import cexpr
+    from flbridge.binding import cexpr
     assert cexpr.evaluate("-7 / 2") == -3 and cexpr.evaluate("-7 % 2") == -1     # truncation toward zero
     assert cexpr.evaluate("1 ? 2 : 3") == 2 and cexpr.evaluate("!0 && (3 > 2)") == 1
     assert cexpr.evaluate("0x10u | 0b1 | 010") == 25 and cexpr.evaluate("'A'") == 65
@@ -147,7 +147,7 @@ def test_if_with_unbounded_arithmetic_is_an_error_at_its_line():
 
 
 def test_header_over_the_size_limit_is_refused(tmp_path):
-    from flbridge.cheader import MAX_HEADER_BYTES
+    from flbridge.binding.header import MAX_HEADER_BYTES
     hdr = tmp_path / "sdk.h"
     hdr.write_bytes(b"/*" + b" " * MAX_HEADER_BYTES + b"*/\n")
     with pytest.raises(HeaderError, match="larger than 8 MiB") as ei:

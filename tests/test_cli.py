@@ -8,7 +8,7 @@ import threading
 import torch
 
 import flbridge
-from flbridge.demo import run_demo
+from flbridge.demos.train import run_demo
 
 
 def test_demo_prints_losses_routes_and_bytes(flchips):
@@ -34,7 +34,7 @@ def test_demo_trains_the_small_gpt_fully_on_th1(flchips):
 
 
 def test_graph_demo_replays_bit_identically(flchips):
-    from flbridge.demo_graph import run_graph_demo
+    from flbridge.demos.graph import run_graph_demo
     lines = []
     assert run_graph_demo(device="xpu:th1", batch=2, rounds=3, out=lines.append) == 0
     text = "\n".join(lines)

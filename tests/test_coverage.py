@@ -9,8 +9,8 @@ import torch
 
 import flbridge
 from flbridge import cli
-from flbridge.backend import chip_for
-from flbridge.opcoverage import example_cnn, example_gpt
+from flbridge.devices import chip_for
+from flbridge.demos.models import example_cnn, example_gpt
 from tests.conftest import routes
 
 CHIPS = ["xpu:x1", "xpu:th1", "xpu:x1-v2"]
@@ -76,7 +76,7 @@ def test_cpu_tensors_inside_a_model_take_the_route_eager_takes(x1):
 def test_prediction_checks_devices_as_eager_does(x1):
     """Meta tensors stand for the chip's; a CPU tensor (not 0-dim) is not
     the chip's, so the native kernel does not take it."""
-    from flbridge.route import OpRoute
+    from flbridge.routing import OpRoute
     chip = chip_for(x1)
     r = OpRoute(chip, torch.ops.aten.mul.Tensor)
     meta = torch.empty(3, device="meta")

@@ -14,10 +14,10 @@ import torch.distributed._functional_collectives as funcol
 
 import flbridge
 from flbridge import distributed as fldist
-from flbridge.backend import chip_for, current_device, set_device
-from flbridge.ccl import bind_ccl
-from flbridge.hoststage import HostStage
-from flbridge.registry import load_spec
+from flbridge.devices import chip_for, current_device, set_device
+from flbridge.binding.ccl import bind_ccl
+from flbridge.tensor import HostStage
+from flbridge.specs import load_spec
 
 # (no imports from conftest or test_registry: spawned ranks import this module)
 ROOT = Path(__file__).resolve().parents[1]
@@ -372,7 +372,7 @@ def _smoke_rank(rank, world, init, out):
 
 
 def test_two_processes_all_reduce_and_broadcast():
-    from flbridge.distributed_demo import spawn
+    from flbridge.demos.ddp import spawn
     with tempfile.TemporaryDirectory() as tmp:
         # forked: the ranks start with torch and flbridge already imported
         spawn(_smoke_rank, (2, f"file://{tmp}/rv", tmp), 2, timeout=60, start_method="fork")

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from flbridge.distributed_demo import DDPConfig, reference, run_ranks
+from flbridge.demos.ddp import DDPConfig, reference, run_ranks
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +52,7 @@ def test_ddp_spawned_by_torch_multiprocessing(model, device):
 def test_ddp_launched_by_torchrun(tmp_path, model, device):
     cfg = DDPConfig(device=device, model=model, steps=3, batch=8)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "flbridge.distributed_demo", "--device", cfg.device, "--model", cfg.model,
+           "-m", "flbridge.demos.ddp", "--device", cfg.device, "--model", cfg.model,
            "--steps", str(cfg.steps), "--batch", str(cfg.batch), "--out", str(tmp_path)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ))
     assert p.returncode == 0, p.stderr[-4000:]

@@ -225,7 +225,7 @@ def check_data_block(block: Block) -> None:
         except yaml.YAMLError as e:
             raise AssertionError(f"{block.where}: yaml block does not parse: {e}") from None
     elif block.lang == "c":
-        from flbridge.cheader import load_header
+        from flbridge.binding import load_header
         with tempfile.TemporaryDirectory() as d:
             h = Path(d) / "block.h"
             h.write_text(block.code)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flbridge import doctor
+from flbridge.tools import doctor
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -121,7 +121,7 @@ def _check_broken_rows(checks, live: bool):
 
 def test_each_broken_case_is_reported_with_its_fix(tmp_path, monkeypatch):
     """The rows that need no fresh process: everything up to init."""
-    from flbridge.registry import discover, load_specs
+    from flbridge.specs import discover, load_specs
     monkeypatch.setenv("FLBRIDGE_DEVICE_DIR", str(_broken_folder(tmp_path)))
     checks = []
     for slot in load_specs(discover(), static=True):
@@ -137,7 +137,7 @@ def test_doctor_command_on_a_broken_folder_still_checks_the_good_chip(tmp_path):
     d = _broken_folder(tmp_path)
     # the x1 simulator in strict mode would abort on its own init failure, as a driver may
     env = dict(os.environ, FLBRIDGE_DEVICE_DIR=str(d), X1SIM_CAPACITY="lots", X1SIM_STRICT="0")
-    r = subprocess.run([sys.executable, "-m", "flbridge.doctor", "--json"], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "flbridge.tools.doctor", "--json"], capture_output=True, text=True,
                        env=env, timeout=300)
     assert r.returncode == 1, r.stderr
     _check_broken_rows([doctor.Check(**c) for c in json.loads(r.stdout)["checks"]], live=True)

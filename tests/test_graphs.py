@@ -131,7 +131,7 @@ def test_a_whole_training_step_replays_like_the_cpu(anychip):
     """Forward, backward and AdamW(capturable=True).step() captured as one
     graph (torch.cuda's whole-network capture recipe): every replay is one
     more optimizer step, and the parameters follow the CPU's step for step."""
-    from flbridge.demo_models import TinyGPT, token_batch
+    from flbridge.demos.models import TinyGPT, token_batch
     prev = torch.fl.current_device()
     torch.fl.set_device(anychip)
     try:

@@ -9,8 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import flbridge
-from flbridge.demo import SmallCNN
-from flbridge.demo_models import TinyGPT, token_batch
+from flbridge.demos.models import SmallCNN, TinyGPT, token_batch
 from tests.conftest import routes, sim_kernels
 
 

@@ -8,8 +8,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import flbridge
-from flbridge import config, launch, profiler
-from flbridge.backend import chip_for
+from flbridge import config
+from flbridge.binding import launch
+from flbridge.observe import profiler
+from flbridge.devices import chip_for
 
 FL = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
 

@@ -237,7 +237,7 @@ def _device_factories():
 
 
 def test_every_device_only_factory_has_an_fl_kernel(flchips):
-    from flbridge.backend import HOST_FACTORIES, UNSUPPORTED_FACTORIES
+    from flbridge.backend.registration import HOST_FACTORIES, UNSUPPORTED_FACTORIES
     known = {"aten::empty.memory_format", "aten::empty_strided"} | {f"aten::{n}" for n in HOST_FACTORIES} \
         | {f"aten::{n}" for n in UNSUPPORTED_FACTORIES}
     found = set(_device_factories())
@@ -400,7 +400,7 @@ def test_data_ptr_is_the_device_address(x1):
 def test_an_error_during_backward_is_raised_at_backward_not_an_abort(th1, monkeypatch):
     """torch 2.13 aborts the process when an exception leaves an op on a
     Python-registered device inside the autograd engine; flbridge defers it
-    to the end of the pass (flbridge/failsafe.py)."""
+    to the end of the pass (flbridge/routing/failsafe.py)."""
     from flbridge import config
     x = (torch.rand(4, 5) + 0.5).to(th1).requires_grad_()
     y = torch.lgamma(x).sum()                                # backward needs digamma: no kernel on th1

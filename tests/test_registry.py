@@ -9,8 +9,9 @@ import pytest
 
 import flbridge
 from flbridge.cli import validate
-from flbridge.registry import SpecDirWarning, check_unique, discover, load_spec
-from flbridge.runtime import load_runtime
+from flbridge.errors import SpecDirWarning
+from flbridge.specs import check_unique, discover, load_spec
+from flbridge.binding import load_runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = ROOT / "device_specs"
@@ -364,7 +365,7 @@ def test_no_chip_name_in_flbridge_python_code():
 
 PARTIAL_INIT = r"""
 import torch, flbridge, warnings
-from flbridge.backend import chip_for
+from flbridge.devices import chip_for
 with warnings.catch_warnings(record=True) as w:
     warnings.simplefilter("always")
     usable = flbridge.init()
@@ -418,8 +419,9 @@ def test_a_bad_spec_keeps_its_index_and_the_others_load(tmp_path):
 def test_strict_specs_make_a_bad_spec_fatal(tmp_path, monkeypatch):
     """FLBRIDGE_STRICT_SPECS=1: init() raises one SpecError with every bad
     spec's problems (what init() does with the slots it loaded)."""
-    from flbridge import _raise_if_strict, config
-    from flbridge.registry import load_specs
+    from flbridge import config
+    from flbridge.backend.bringup import _raise_if_strict
+    from flbridge.specs import load_specs
     monkeypatch.setenv("FLBRIDGE_DEVICE_DIR", str(_partial_folder(tmp_path)))
     monkeypatch.setenv("FLBRIDGE_STRICT_SPECS", "1")
     slots = load_specs(discover())

@@ -10,7 +10,7 @@ import torch
 
 import flbridge
 from flbridge import config
-from flbridge.backend import chip_for
+from flbridge.devices import chip_for
 
 KEYS = ("h2d_bytes", "h2d_calls", "d2h_bytes", "d2h_calls", "mapped_bytes", "native_ops", "fallback_ops")
 
@@ -167,7 +167,7 @@ def test_finalizer_inside_the_allocator_does_not_deadlock(th1):
     in a thread, so a regression fails here instead of hanging the suite."""
     import threading
     import types
-    from flbridge.residency import DeviceAllocator, Storage
+    from flbridge.tensor import DeviceAllocator, Storage
     real = chip_for(th1)
     fake = types.SimpleNamespace(runtime=real.runtime, spec=real.spec, device_type=real.device_type, index=0)
     fake.allocator = DeviceAllocator(fake)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 import flbridge
 from flbridge import config
-from flbridge.backend import chip_for
+from flbridge.devices import chip_for
 from tests.conftest import routes, sim_kernels
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,9 +7,9 @@ import pytest
 
 import flbridge
 from flbridge.cli import main, validate
-from flbridge.registry import load_spec
-from flbridge.headerfacts import tokens, vendor_prefix
-from flbridge.scaffold import scaffold
+from flbridge.specs import load_spec
+from flbridge.tools.scaffold_header import tokens, vendor_prefix
+from flbridge.tools.scaffold import scaffold
 
 ROOT = Path(__file__).resolve().parents[1]
 CHIPS = {"x1": "libx1sim.so", "th1": "libth1sim.so"}

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import flbridge
-from flbridge.demo import SmallCNN, synthetic_batch
+from flbridge.demos.models import SmallCNN, synthetic_batch
 from tests.test_opinfo import BY_NAME, CHIP_DTYPES, cpu_of, to_dev
 
 pytestmark = pytest.mark.slow

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import flbridge
-from flbridge.cheader import load_header
-from flbridge.registry import load_spec
-from flbridge.runtime import check_static
+from flbridge.binding import load_header
+from flbridge.specs import load_spec
+from flbridge.binding import check_static
 
 ROOT = Path(__file__).resolve().parents[1]
 X1_TEXT = (ROOT / "device_specs" / "x1.yaml").read_text().replace('"../native_sim', f'"{ROOT}/native_sim')

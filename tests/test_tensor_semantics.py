@@ -111,8 +111,8 @@ def test_fallback_results_aliasing_an_argument_share_its_storage(x1):
 
 
 def test_fresh_cpu_results_sharing_bytes_get_one_storage(x1):
-    from flbridge.backend import chip_for
-    from flbridge.cpu_fallback import _wrap_results
+    from flbridge.devices import chip_for
+    from flbridge.routing.cpu_fallback import _wrap_results
     base = torch.arange(6.0)
     a, b = base[:3], base[3:]                         # two results over one fresh buffer
     wa, wb = _wrap_results(chip_for(x1), (a, b), {}, {})

@@ -34,7 +34,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import flbridge
-from flbridge.demo_models import TinyGPT, token_batch
+from flbridge.demos.models import TinyGPT, token_batch
 from tests.zoo_helpers import import_torchvision
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from flbridge._paths import data_root
-from flbridge.cheader import load_header
+from flbridge.binding import load_header
 
 ROOT = data_root()
 LIBS = ROOT / "native_sim" / "build"

@@ -12,7 +12,7 @@ from .simhelp import HEADERS, LIBS
 
 PRELUDE = """
 import cffi, torch
-from flbridge.cheader import load_header
+from flbridge.binding.header import load_header
 ffi = cffi.FFI(); ffi.cdef(load_header({header!r}).cdef); lib = ffi.dlopen({lib!r})
 """
 

@@ -1,0 +1,3 @@
+"""`flbridge demo` and its models: training beside the CPU (train), FLGraph
+replay (graph), DistributedDataParallel (ddp), and the reference models the
+demos, benches, tests and `flbridge coverage` share (models)."""

@@ -1,0 +1,10 @@
+"""Where each aten op on an fl tensor goes.  One op's path: dispatch (the
+__torch_dispatch__ entry, installed on XPUTensor by install()) -> route
+(OpRoute: the native kernel or the fallback chain) -> native (prepare,
+eligibility, adapter: the vendor C call) or cpu_fallback; views, special
+ops, foreach and collectives have handlers of their own.
+docs/architecture.md follows one op file by file."""
+from .dispatch import SPECIAL_HANDLERS, install
+from .kinds import ALIAS, COLLECTIVE, COMPOSITE, FOREACH, INPLACE_VIEW, ROUTED, SPECIAL, SPECIAL_OPS, VIEW, kind
+from .reasons import FAILED, Reason
+from .route import OpRoute

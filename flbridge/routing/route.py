@@ -1,0 +1,303 @@
+"""The route of one op on one chip: native kernel or the fallback chain.
+
+An :class:`OpRoute` is made once per (chip, op overload) and decides per
+call between
+
+1. the native kernel from the spec (:class:`~flbridge.routing.native.NativeKernel`:
+   checks, residency, adapter, vendor C call), and, when that cannot or does
+   not work, the fallback chain:
+2. the op-specific fallback from the spec (a vendor function or a Python one),
+3. a torch._decomp decomposition whose parts the chip runs natively,
+4. the CPU (:func:`~flbridge.routing.cpu_fallback.cpu_fallback`), or
+5. UnsupportedOpError with what to change.
+
+Each step is recorded in the chip's stats; fallbacks warn once per
+(op, chip, kind of reason).
+"""
+from __future__ import annotations
+
+import importlib
+import threading
+import warnings
+
+import torch
+from torch._decomp import decomposition_table
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..config import CONFIG, log
+from ..errors import FallbackWarning, UnsupportedOpError, user_stacklevel
+from ..specs import dtype_name, info, normalize
+from ..tensor import chip_of
+from ..binding import launch
+from .argkeys import meta_key, to_meta
+from .cpu_fallback import cpu_fallback
+from .decompositions import DEVICE_ONLY
+from .eligibility import why_not
+from .kinds import ROUTED, kind
+from .native import NativeKernel, Prepared
+from .reasons import FAILED, Reason
+
+aten = torch.ops.aten
+
+
+class _Record(TorchDispatchMode):
+    """Records the aten calls of a decomposition traced on meta tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls.append((func, args, kwargs or {}))
+        return func(*args, **(kwargs or {}))
+
+# Ops PyTorch lets mix an accelerator tensor with CPU tensors (indices, and
+# the lengths / batch sizes of packed sequences, which live on the CPU).
+_CPU_TENSOR_ARGS_OK = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
+                       aten._index_put_impl_.default, aten._pack_padded_sequence.default,
+                       aten._pad_packed_sequence.default, aten._pack_padded_sequence_backward.default}
+_ACTIVE = threading.local()
+
+
+def route(func, args, kwargs):
+    """Runs func through its route on the chip of its fl arguments."""
+    chip = chip_of(args, kwargs)
+    if chip is None:
+        raise RuntimeError("flbridge: dispatch without an fl tensor argument")
+    r = chip.routes.get(func)
+    if r is None:
+        r = chip.routes[func] = OpRoute(chip, func)
+    return r(args, kwargs)
+
+
+class OpRoute:
+    def __init__(self, chip, func):
+        self.chip = chip
+        self.func = func
+        self.opi = info(func)
+        self.qualname = self.opi.qualname
+        rt = chip.runtime
+        self.forced = CONFIG.forced(self.qualname)
+        self.bound = NativeKernel(self, rt.ops[func]) if func in rt.ops else None
+        fb = chip.spec.op_specific.get(func)
+        self.fb = fb
+        self.fb_native = NativeKernel(self, rt.vendor_fallbacks[func]) if func in rt.vendor_fallbacks else None
+        self.fb_python = None
+        self.decomp = decomposition_table.get(func) if chip.spec.decompose else None
+        self.decomp_ok_cache: dict = {}
+        self.device_only = DEVICE_ONLY.get(func)
+        self.seeded = torch.Tag.nondeterministic_seeded in func.tags
+        self.mixed_device_ok = func in _CPU_TENSOR_ARGS_OK
+        self.mutated_names = frozenset(self.opi.args[i].name for i in self.opi.mutated)
+        self.arg_written = tuple(a.name in self.mutated_names for a in self.opi.args)
+        self.nargs = len(self.opi.args)
+        if self.forced:
+            self.static_reason = Reason("forced", "forced to the CPU by FLBRIDGE_FORCE_FALLBACK",
+                                        "unset FLBRIDGE_FORCE_FALLBACK")
+        else:
+            self.static_reason = Reason("no_kernel", f"{chip.device_type} has no kernel for it",
+                                        f"add {self.qualname} to supported_ops in {chip.spec.file}")
+
+    def __call__(self, args, kwargs):
+        nat = self.bound
+        if nat is not None and not self.forced:
+            vals = normalize(self.opi, args, kwargs) if kwargs else args
+            p = nat.decide(vals)
+            if p.__class__ is Prepared:
+                out = nat.run(vals, p)
+                if out is not FAILED:
+                    return out
+                return self.fallback(args, kwargs, nat.failure)
+            return self.fallback(args, kwargs, p)
+        return self.fallback(args, kwargs, self.static_reason)
+
+    # ------------------------------------------------------------ chain
+
+    def choose(self, args, kwargs, reason: Reason, meta: bool = False, vendor_failed: bool = False):
+        """The fallback step for a call the native kernel does not take:
+        (route, detail), route one of vendor_fallback, python_fallback,
+        decomposed, device_decomposed, cpu, error.  The same decision serves
+        eager dispatch and flbridge.coverage's prediction on meta tensors."""
+        fb = self.fb
+        if not self.forced and fb is not None:
+            if fb.kind == "vendor" and self.fb_native is not None and not vendor_failed:
+                p = self.fb_native.decide(normalize(self.opi, args, kwargs), meta=meta)
+                if p.__class__ is Prepared:
+                    return "vendor_fallback", f"{self.fb_native.impl} ({reason})"
+            elif fb.kind == "python":
+                return "python_fallback", f"{fb.target} ({reason})"
+            elif fb.kind == "error":
+                return "error", (f"the spec sets fallback_policy.op_specific to 'error' for it "
+                                 f"({fb.file}:{fb.line})")
+        if not self.forced and self.decomp is not None and (fb is None or fb.kind != "cpu") \
+                and self._decomposes_natively(args, kwargs):
+            return "decomposed", f"torch._decomp ({reason})"
+        if self.device_only is not None and not self.forced:
+            return "device_decomposed", f"flbridge.routing.decompositions ({reason})"
+        if CONFIG.fallback and (self.chip.spec.fallback_default == "cpu" or (fb is not None and fb.kind == "cpu")):
+            return "cpu", str(reason)
+        return "error", ("FLBRIDGE_FALLBACK=0 disables the CPU fallback" if not CONFIG.fallback else
+                         f"the spec's fallback_policy.default is 'error' ({self.chip.spec.file})")
+
+    def predict(self, args, kwargs):
+        """(route, detail, reason) this call would take, for arguments that
+        are meta (or fake) tensors: no kernel runs and nothing is counted."""
+        nat = self.bound
+        reason = self.static_reason
+        if nat is not None and not self.forced:
+            p = nat.decide(normalize(self.opi, args, kwargs), meta=True)
+            if p.__class__ is Prepared:
+                return "native", nat.impl, None
+            reason = p
+        kind, detail = self.choose(args, kwargs, reason, meta=True)
+        return ("decomposed" if kind == "device_decomposed" else kind), detail, reason
+
+    def fallback(self, args, kwargs, reason: Reason, vendor_failed: bool = False):
+        s = self.chip.stats
+        kind, detail = self.choose(args, kwargs, reason, vendor_failed=vendor_failed)
+        if kind == "vendor_fallback":
+            vals = normalize(self.opi, args, kwargs)
+            out = self.fb_native.run(vals, self.fb_native.decide(vals), count=False)
+            if out is FAILED:
+                return self.fallback(args, kwargs, self.fb_native.failure, vendor_failed=True)
+            s.fallback_ops += 1
+            s.vendor_fallback_ops += 1
+            s.route(self.qualname, kind, reason.kind, detail)
+            self._note(reason, f"running the vendor fallback {self.fb_native.impl}")
+            return out
+        if kind == "python_fallback":
+            return self._python_fallback(args, kwargs, reason)
+        if kind == "decomposed" or kind == "device_decomposed":
+            s.fallback_ops += 1
+            s.decomposed_ops += 1
+            s.route(self.qualname, "decomposed", reason.kind, detail)
+            if kind == "decomposed":
+                self._note(reason, "decomposing it into ops the chip runs natively")
+                return self.decomp(*args, **kwargs)
+            # no CPU kernel exists: flbridge's decomposition, whatever its parts' routes
+            self._note(reason, "decomposing it (PyTorch has no CPU kernel for it)")
+            return self.device_only(*args, **kwargs)
+        if kind == "cpu":
+            if launch.STATE.capture is not None:
+                launch.STATE.capture.cpu_fallback(self, reason)
+            s.fallback_ops += 1
+            s.cpu_fallback_ops += 1
+            s.route(self.qualname, "cpu", reason.kind, detail)
+            self._note(reason, "running it on the CPU")
+            return cpu_fallback(self, args, kwargs)
+        raise self._unsupported(reason, detail)
+
+    def explain(self, args, kwargs) -> tuple:
+        """(kind, text, fix) of why this call did not run natively: the same
+        Reason the route decided on (cached per argument key)."""
+        reason = self.static_reason
+        if self.bound is not None and not self.forced:
+            try:
+                p = self.bound.decide(normalize(self.opi, args, kwargs))
+            except Exception:  # noqa: BLE001 - arguments a failed call left unusable: say what the route said
+                p = None
+            reason = p if isinstance(p, Reason) else (self.bound.failure or reason)
+        return reason.kind, reason.text, self.fix_for(reason)
+
+    def fix_for(self, reason: Reason) -> str:
+        """What would let this op run natively, for `reason`: the Reason's own
+        fix, spelled out for a missing kernel or a dtype the chip cannot hold."""
+        fix = reason.fix
+        if reason.kind == "no_kernel" and not self.forced:
+            fix = (f"{fix} (a vendor function that computes it), e.g. "
+                   f"`- {{name: {self.qualname}, impl: <vendor function>}}`, or name one under "
+                   f"fallback_policy.op_specific")
+        elif not fix and reason.kind == "dtype":
+            held = ", ".join(dtype_name(d) for d in self.chip.runtime.dtype_codes)
+            fix = f"keep it in a dtype {self.chip.device_type} holds ({held}), or run it on the CPU tensors yourself"
+        return fix
+
+    def _note(self, reason: Reason, action: str) -> None:
+        chip = self.chip
+        if "fallback" in CONFIG.log:
+            log.info("fallback %s on %s: %s; %s", self.qualname, chip.device_type, reason, action)
+        if CONFIG.warn == "off":
+            return
+        key = (self.qualname, reason.kind)
+        if CONFIG.warn == "once":
+            if key in chip.warned:
+                return
+            chip.warned.add(key)
+        warnings.warn(f"flbridge: {self.qualname} on {chip.device_type} ({chip.device}) does not run "
+                      f"natively: {reason}; {action}", FallbackWarning, stacklevel=user_stacklevel())
+
+    def _unsupported(self, reason: Reason, why: str) -> UnsupportedOpError:
+        chip = self.chip
+        nat = self.bound
+        supported = [dtype_name(d) for d in nat.entry.dtypes] if nat else None
+        text = f"{reason.text}; {why}"
+        fix = reason.fix or ("enable the CPU fallback (unset FLBRIDGE_FALLBACK)" if not CONFIG.fallback
+                             else f"add {self.qualname} to supported_ops in {chip.spec.file}")
+        return UnsupportedOpError(self.qualname, chip.device_type, reason.dtype, text,
+                                  reason.supported or supported, fix)
+
+    def _python_fallback(self, args, kwargs, reason):
+        active = _ACTIVE.__dict__.setdefault("python", set())
+        key = (id(self.chip), self.func)
+        if key in active:  # the Python fallback calls this op itself: go on down the chain
+            return cpu_fallback(self, args, kwargs)
+        if self.fb_python is None:
+            mod, _, name = self.fb.target.partition(":")
+            self.fb_python = getattr(importlib.import_module(mod), name)
+        active.add(key)
+        try:
+            out = self.fb_python(*args, **kwargs)
+        finally:
+            active.discard(key)
+        s = self.chip.stats
+        s.fallback_ops += 1
+        s.python_fallback_ops += 1
+        s.route(self.qualname, "python_fallback", reason.kind, f"{self.fb.target} ({reason})")
+        self._note(reason, f"running the Python fallback {self.fb.target}")
+        return out
+
+    # ---------------------------------------------------- decomposition
+
+    def _decomposes_natively(self, args, kwargs) -> bool:
+        """Whether the decomposition's parts all run natively.  Cached per
+        geometry and scalar *types*: each part's own route re-checks its
+        call, so a decision reused for another scalar value can cost a
+        fallback but never an invalid call."""
+        try:
+            key = meta_key(args, kwargs)
+        except TypeError:
+            return False
+        ok = self.decomp_ok_cache.get(key)
+        if ok is None:
+            if len(self.decomp_ok_cache) > 1024:
+                self.decomp_ok_cache.clear()
+            ok = self.decomp_ok_cache[key] = self._trace_decomposition(args, kwargs)
+        return ok
+
+    def _trace_decomposition(self, args, kwargs) -> bool:
+        """Runs the decomposition on meta tensors, recording each op it
+        calls; it qualifies if the chip takes every one of them natively."""
+        chip = self.chip
+        rec = _Record()
+        try:
+            margs, mkwargs = to_meta(args), to_meta(kwargs)
+            with rec:
+                self.decomp(*margs, **mkwargs)
+        except Exception:  # noqa: BLE001 - a decomposition that does not trace does not qualify
+            return False
+        calls = rec.calls
+        if not calls:
+            return False
+        for func, a, kw in calls:
+            if func is self.func:
+                return False
+            if kind(func) != ROUTED:
+                continue  # views, allocation and other metadata ops
+            nat = chip.routes.get(func)
+            if nat is None:
+                nat = chip.routes[func] = OpRoute(chip, func)
+            if nat.bound is None or nat.forced:
+                return False
+            if why_not(nat.bound, normalize(nat.opi, a, kw), meta=True) is not None:
+                return False
+        return True

@@ -1,0 +1,114 @@
+"""Ops with handlers of their own: copies across devices, allocation
+(empty_like, new_empty, the *_like fills), reading a scalar back, and a few
+housekeeping ops.  Same-chip copies and casts are routed like any op."""
+from __future__ import annotations
+
+import torch
+
+from ..devices import chip_for
+from ..errors import GraphCaptureError
+from ..tensor import Storage, XPUTensor, covers_storage, host_view, new_tensor
+from ..binding import launch
+from .argkeys import to_meta
+from .route import route
+
+aten = torch.ops.aten
+
+
+
+def copy_(func, args, kwargs):
+    dst, src = args[0], args[1]
+    if type(dst) is XPUTensor and type(src) is XPUTensor and dst._st.chip is src._st.chip:
+        return route(func, args, kwargs)
+    if type(dst) is XPUTensor:
+        if launch.STATE.capture is not None:
+            raise _capture_error(f"a copy into {dst.device} from {src.device}")
+        src_cpu = host_view(src) if type(src) is XPUTensor else src
+        st = dst._st
+        if src_cpu.device.type != "cpu":
+            src_cpu = src_cpu.cpu()
+        if covers_storage(dst) and not st.host_valid and tuple(src_cpu.shape) == tuple(dst.shape):
+            # every byte is replaced: no need to fetch the old ones
+            if st.host is None:
+                st.host = torch.empty(st.nbytes, dtype=torch.uint8, device="cpu")
+                st.typed = None
+            st.host_valid = True
+        if st.nbytes:
+            host_view(dst).copy_(src_cpu)
+        st.wrote_host()
+        return dst
+    # dst is a CPU tensor, src on a chip
+    dst.copy_(host_view(src))
+    return dst
+
+
+def to_copy(func, args, kwargs):
+    self = args[0]
+    device = kwargs.get("device")
+    if device is not None and not isinstance(device, torch.device):
+        device = torch.device(device)
+    if device is None or (device.type == "fl" and (device.index is None or device.index == self.device.index)):
+        if device is not None and device.index is None:
+            kwargs = dict(kwargs, device=self.device)
+        return route(func, args, kwargs)
+    if launch.STATE.capture is not None:
+        raise _capture_error(f"a copy from {self.device} to {device}")
+    kw = {k: v for k, v in kwargs.items() if k != "device"}
+    with torch.no_grad():
+        cpu = aten._to_copy(host_view(self), **kw)
+    if device.type == "cpu":
+        return cpu
+    if device.type == "fl":
+        chip = chip_for(device)
+        st = Storage.adopt_host(chip, cpu)
+        return new_tensor(chip, tuple(cpu.shape), cpu.stride(), cpu.dtype, storage=st, offset=cpu.storage_offset())
+    return cpu.to(device)
+
+
+def item(func, args, kwargs):
+    return host_view(args[0]).item()
+
+
+def empty_like(func, args, kwargs):
+    """empty_like / new_empty / new_empty_strided: allocate, no data."""
+    self = args[0]
+    device = kwargs.get("device")
+    m = func(to_meta(self), *[to_meta(a) for a in args[1:]],
+             **{k: to_meta(v) for k, v in kwargs.items() if k not in ("device", "pin_memory")})
+    if device is not None and torch.device(device).type == "cpu":
+        return torch.empty_strided(tuple(m.shape), m.stride(), dtype=m.dtype, device="cpu")
+    chip = self._st.chip
+    if device is not None and torch.device(device).type == "fl":
+        chip = chip_for(torch.device(device))
+    return new_tensor(chip, tuple(m.shape), m.stride(), m.dtype)
+
+
+def identity(func, args, kwargs):
+    return args[0]
+
+
+def sdp_choice(func, args, kwargs):
+    # No fused attention kernel here: take PyTorch's math path, whose matmuls
+    # and softmax route to the chip's own kernels.
+    return int(torch._C._SDPBackend.math)
+
+
+def full_like(func, args, kwargs):
+    """zeros_like / ones_like / full_like: allocate on the chip, then fill
+    there (the fill is routed like any op, natively when the chip has it)."""
+    self = args[0]
+    if func is aten.full_like.default:
+        value = args[1] if len(args) > 1 else kwargs["fill_value"]
+        rest = {k: v for k, v in kwargs.items() if k != "fill_value"}
+    else:
+        value = 1 if func is aten.ones_like.default else 0
+        rest = kwargs
+    t = aten.empty_like.default(self, **rest)
+    return aten.fill_.Scalar(t, value)
+
+
+
+
+def _capture_error(what):
+    return GraphCaptureError(f"{what} during graph capture: host data cannot be replayed. Copy new data into "
+                             f"static device tensors before replay(), and read results after it")

@@ -1,0 +1,43 @@
+"""The wheel carries the whole package: every subpackage, the specs, the
+headers and the compiled simulators, so an installed (not editable) flbridge
+runs `flbridge doctor` and the demo."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_a_wheel_installed_in_a_fresh_venv_runs_doctor_and_the_demo(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
+                        str(tmp_path / "dist"), str(ROOT)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (wheel,) = (tmp_path / "dist").glob("flbridge-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    sources = {str(p.relative_to(ROOT)) for p in (ROOT / "flbridge").rglob("*.py")}
+    assert sources <= names, sorted(sources - names)
+    assert any(n.endswith("device_specs/x1.yaml") for n in names)
+    assert any(n.endswith(".so") for n in names)
+
+    # a fresh venv that sees this machine's torch but installs flbridge from the wheel only
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+    py = venv / "bin" / "python"
+    r = subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLBRIDGE_")}
+    where = subprocess.run([str(py), "-c", "import flbridge; print(flbridge.__file__)"], capture_output=True,
+                           text=True, cwd=tmp_path, env=env, timeout=300)
+    assert str(venv) in where.stdout, where.stdout + where.stderr     # the wheel's copy, not the checkout
+    for cmd in (["doctor"], ["demo", "--device", "xpu:x1", "--steps", "2"]):
+        r = subprocess.run([str(venv / "bin" / "flbridge"), *cmd], capture_output=True, text=True, cwd=tmp_path,
+                           env=env, timeout=600)
+        assert r.returncode == 0, (cmd, r.stdout[-3000:], r.stderr[-3000:])
