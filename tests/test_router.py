@@ -345,7 +345,7 @@ def test_vendor_calls_show_in_the_torch_profiler(x1v2):
 def _faults(device, spec: str):
     rt = chip_for(device).runtime
     setter = rt.lib.x1_debug_set_faults if hasattr(rt.lib, "x1_debug_set_faults") else rt.lib.th1DebugInjectFaults
-    assert setter(spec.encode()) == rt._ok
+    assert setter(spec.encode()) == rt.ok
 
 
 def test_vendor_error_is_recovered_by_fallback_and_reported_once(x1v2):

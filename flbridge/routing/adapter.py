@@ -102,7 +102,7 @@ def convert_quirk(rt, temps: Temps, v: View, fn, dtype, itemsize: int) -> View:
     out = View(addr, v.shape, dense_strides(v.shape), 0, dtype)
     st = launch.kernel(rt.chip, f"{getattr(fn, '__name__', 'convert')} [{rt.device_type}]", fn,
                        (v.desc(rt), out.desc(rt)))
-    if st != rt._ok:
+    if st != rt.ok:
         raise rt.error(st, getattr(fn, "__name__", "convert"))
     return out
 
