@@ -16,7 +16,7 @@ import threading
 
 import torch
 
-from . import c10d_ops, crossings, failsafe, metaops
+from . import c10d_ops, crossings, failsafe, metaops, traceable
 from .foreach import foreach
 from .launch import WATCH
 from .opkinds import ALIAS, COLLECTIVE, COMPOSITE, FOREACH, INPLACE_VIEW, ROUTED, SPECIAL, SPECIAL_OPS, VIEW, kind
@@ -42,17 +42,24 @@ def dispatch(cls, func, types, args=(), kwargs=None):
                     return r(args, kwargs or {})
         elif h is None:
             h = _HANDLERS[func] = _handler(func)
+        if _TRACING.seen and traceable.any_traced(args, kwargs):
+            return traceable.trace_dispatch(func, args, kwargs)
         return h(func, args, kwargs or {})
     except Exception as err:  # noqa: BLE001 - raised here, or at the end of a backward pass
         return failsafe.defer(err, func, args, kwargs)
 
 
 _THREAD = threading.local()
+# torch.compile tracing: XPUTensors over fake stand-ins (flbridge.traceable);
+# the fast path reaches trace_dispatch through their sentinel Storage
+_TRACING = traceable.STATE
 
 
 def _watched(func, args, kwargs):
     """dispatch() while observers are attached (flbridge.launch.attach):
     each sees the op around its run (autocompare, logging)."""
+    if _TRACING.seen and traceable.any_traced(args, kwargs):
+        return traceable.trace_dispatch(func, args, kwargs)
     h = _HANDLERS.get(func)
     if h is None:
         h = _HANDLERS[func] = _handler(func)
@@ -121,3 +128,4 @@ def _handler(func):
 
 
 XPUTensor.__torch_dispatch__ = classmethod(dispatch)
+traceable.install()
