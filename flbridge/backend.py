@@ -141,4 +141,6 @@ def register() -> None:
     checkpoint.register()
     from . import amp  # autocast kernels, torch.fl.amp, get_amp_supported_dtype
     amp.install(FL_MODULE)
+    from . import compile_backend  # torch.compile on fl: the default backend's routing, Dynamo's skip list
+    compile_backend.install()
     _STATE.registered = True
