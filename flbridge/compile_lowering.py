@@ -135,9 +135,16 @@ class _Program:
         self.kept_by_id = {}     # sid -> Storage: pool values eager steps read (fixed addresses)
 
     def close(self):
+        """Gives the private pool back (its free blocks join the shared cache)."""
         if self.pool is not None and self.chip is not None:
             self.chip.allocator.close_pool(self.pool)
             self.pool = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter teardown
+            pass
 
     # ---------------------------------------------- flat plan for replay
 

@@ -24,11 +24,20 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
+    import gc
+
     import torch._dynamo
     torch._dynamo.reset()
     compile_backend.reset()
     yield
-    torch._dynamo.reset()
+    torch._dynamo.reset()                # compiled graphs go, and their memory pools with them
+    compile_backend.reset()
+    # scalar constants made during capture runs sit in the chips' constant caches, in blocks of the
+    # (now closed) pools until evicted: drop them so later tests see allocators without pool blocks
+    for chip in flbridge.chips():
+        with chip._const_lock:
+            chip._constants.clear()
+    gc.collect()
 
 
 def mlp():
