@@ -107,8 +107,8 @@ def _template(index: int, dtype: torch.dtype) -> torch.Tensor:
 
 _INNER_STORAGES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _alias = torch.ops.aten.alias.default.redispatch
-_set_storage = torch.ops.aten.set_.source_Storage_storage_offset
-_NO_MODES = torch._C._DisableTorchDispatch
+_set_storage = torch.ops.aten.set_.source_Storage_storage_offset.redispatch
+_as_strided = torch.ops.aten.as_strided.default.redispatch
 
 
 def _inner_storage(st, device):
@@ -120,18 +120,15 @@ def _inner_storage(st, device):
 
 
 def make_inner(x: XPUTensor) -> torch.Tensor:
-    """x's stand-in: a plain fl tensor with x's geometry, no data."""
+    """x's stand-in: a plain fl tensor with x's geometry, no data.  Made with
+    the meta kernels called directly (redispatch: no autograd view of the
+    template, no Python modes, works while a FakeTensorMode is active); the
+    storage is first set with an empty geometry, as the storage is fixed-size
+    and the meta set_ would want to resize it."""
     dev = x.device
-    p = _alias(_META, _template(dev.index, x.dtype))     # redispatched: no autograd view of the template
-    us = _inner_storage(x._st, dev)
-    prev = torch._C._meta_in_tls_dispatch_include()
-    torch._C._set_meta_in_tls_dispatch_include(True)
-    try:
-        with _NO_MODES():                         # made while a FakeTensorMode is active, too
-            _set_storage(p, us, 0, (0,), (1,))    # an empty geometry: no resize of the fixed storage
-            p.as_strided_(x.shape, x.stride(), x.storage_offset())
-    finally:
-        torch._C._set_meta_in_tls_dispatch_include(prev)
+    p = _alias(_META, _template(dev.index, x.dtype))
+    _set_storage(_META, p, _inner_storage(x._st, dev), 0, (0,), (1,))
+    p = _as_strided(_META, p, x.shape, x.stride(), x.storage_offset())
     d = p.__dict__
     d["_x"] = weakref.ref(x)
     d["_st"] = x._st
