@@ -70,7 +70,6 @@ _COMPILED: list = []   # every graph compiled in this process (flbridge.compile_
 def stats() -> dict:
     """Counts over the graphs compiled with backend "fl": graphs, capture
     runs, replays, recorded vendor calls, and the nodes run eagerly with why."""
-    import weakref  # noqa: F401
     out = {"graphs": len(_COMPILED), "captures": 0, "replays": 0, "vendor_calls": 0, "eager_nodes": {}}
     for cg in _COMPILED:
         out["captures"] += cg.captures

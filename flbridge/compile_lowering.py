@@ -29,7 +29,6 @@ batch size or a dynamic shape costs one eager run, then replays.
 from __future__ import annotations
 
 import operator
-import threading
 
 import torch
 import torch.fx
@@ -234,7 +233,6 @@ class CompiledGraph:
         self.programs = {}
         self.max_programs = max_programs
         self.captures = self.replays = 0
-        self.lock = threading.Lock()
         self._last_use = self._last_uses()
         self._must_be_eager = {n: why for n in self.nodes if (why := _must_be_eager(n)) is not None}
         # arguments that are not tensors (SymInts of a dynamic graph, ...): part of the program key
