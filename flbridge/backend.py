@@ -36,8 +36,8 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):
 
 
 class _Guard(torch._C._acc.DeviceGuard):
-    def type_(self):
-        return torch._C._autograd.DeviceType.PrivateUse1
+    # also takes over an error the autograd engine left pending (flbridge.failsafe)
+    type_ = failsafe.guard_type
 
 
 def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
@@ -114,17 +114,15 @@ def register() -> None:
     _setup_privateuseone_for_python_backend("fl", backend_module=FL_MODULE, hook=_Hooks(), device_guard=_Guard())
     lib = torch.library.Library("aten", "IMPL")
     aten = torch.ops.aten
-    safe = failsafe.kernel   # errors during backward must not abort the process
-    lib.impl("empty.memory_format", safe(aten.empty.memory_format)(_empty_memory_format), "PrivateUse1")
-    lib.impl("empty_strided", safe(aten.empty_strided.default)(_empty_strided), "PrivateUse1")
+    lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
+    lib.impl("empty_strided", _empty_strided, "PrivateUse1")
     # torch.tensor(data, device="fl") copies with Python dispatch excluded,
     # which reaches the backend's _copy_from
-    lib.impl("_copy_from", safe(aten._copy_from.default)(_copy_from), "PrivateUse1")
-    lib.impl("_copy_from_and_resize", safe(aten._copy_from_and_resize.default)(_copy_from_and_resize),
-             "PrivateUse1")
+    lib.impl("_copy_from", _copy_from, "PrivateUse1")
+    lib.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")
     for name in HOST_FACTORIES:
         op = getattr(aten, name).default
-        lib.impl(name, safe(op)(_host_factory(op)), "PrivateUse1")
+        lib.impl(name, _host_factory(op), "PrivateUse1")
     for name, what in UNSUPPORTED_FACTORIES.items():
         lib.impl(name, _unsupported_factory(what), "PrivateUse1")
     pinned.register(lib)
@@ -139,6 +137,7 @@ def register() -> None:
     # import (docs/device.md): the first `.to("fl")` must already swap.
     torch.__future__.set_swap_module_params_on_conversion(True)
     checkpoint.register()
+    failsafe.install()   # an exception during backward reaches backward()'s caller
     from . import amp  # autocast kernels, torch.fl.amp, get_amp_supported_dtype
     amp.install(FL_MODULE)
     _STATE.registered = True

@@ -16,7 +16,7 @@ import threading
 
 import torch
 
-from . import c10d_ops, crossings, failsafe, metaops
+from . import c10d_ops, crossings, metaops
 from .foreach import foreach
 from .launch import WATCH
 from .opkinds import ALIAS, COLLECTIVE, COMPOSITE, FOREACH, INPLACE_VIEW, ROUTED, SPECIAL, SPECIAL_OPS, VIEW, kind
@@ -27,24 +27,21 @@ aten = torch.ops.aten
 
 
 def dispatch(cls, func, types, args=(), kwargs=None):
-    try:
-        if not _THREAD.__dict__:
-            _first_op_in_thread()
-        if WATCH.active:
-            return _watched(func, args, kwargs or {})
-        h = _HANDLERS.get(func)
-        if h is route:
-            # the common case, inlined: the chip of the first argument, its route
-            a = args[0] if args else None
-            if type(a) is XPUTensor:
-                r = a._st.chip.routes.get(func)
-                if r is not None:
-                    return r(args, kwargs or {})
-        elif h is None:
-            h = _HANDLERS[func] = _handler(func)
-        return h(func, args, kwargs or {})
-    except Exception as err:  # noqa: BLE001 - raised here, or at the end of a backward pass
-        return failsafe.defer(err, func, args, kwargs)
+    if not _THREAD.__dict__:
+        _first_op_in_thread()
+    if WATCH.active:
+        return _watched(func, args, kwargs or {})
+    h = _HANDLERS.get(func)
+    if h is route:
+        # the common case, inlined: the chip of the first argument, its route
+        a = args[0] if args else None
+        if type(a) is XPUTensor:
+            r = a._st.chip.routes.get(func)
+            if r is not None:
+                return r(args, kwargs or {})
+    elif h is None:
+        h = _HANDLERS[func] = _handler(func)
+    return h(func, args, kwargs or {})
 
 
 _THREAD = threading.local()

@@ -1,138 +1,84 @@
-"""Errors inside backward, without losing the interpreter.
+"""Errors inside backward reach the caller of backward(), and the process lives.
 
-In torch 2.13, a Python exception that leaves an op on a Python-registered
-PrivateUse1 device *while the autograd engine runs* aborts the process: the
-engine unwinds through a stream guard whose destructor calls back into
-Python (the device guard's `type_`) with the exception still pending, and
-std::terminate follows.  (Forward errors are unaffected: no stream guard.)
+In torch 2.13, a Python exception raised inside the autograd engine while it
+runs a node of a Python-registered PrivateUse1 device (a user's tensor, node,
+module or post-accumulate-grad hook, a library's gradient hook, an fl op)
+aborts the process with "terminate called without an active exception".
+The engine throws a C++ error while the Python error indicator is still set;
+unwinding runs the node's stream guard destructor, whose noexcept
+``PythonDeviceGuard::exchangeStream`` calls the Python device guard's
+``type_`` (torch/csrc/acc/Module.cpp); CPython turns a call made with an
+error pending into a SystemError, pybind11 throws it out of the noexcept
+function, and std::terminate follows.  (gdb: ``Engine::evaluate_function``
+-> ``~InlineStreamGuard`` -> ``exchangeStream`` -> ``std::terminate``.)
 
-So an op that fails during backward does not raise there.  flbridge keeps
-the error, returns placeholder results of the right shapes (NaN-filled, so
-nothing mistakes them for gradients) and queues a callback on the engine
-that raises the error, with a note, when the backward pass ends: the user
-sees the real error at `loss.backward()` / `torch.autograd.grad(...)`, and
-the process survives.  Gradients written by that backward are invalid.
+Two pieces turn that into an ordinary exception at ``backward()``:
+
+* :func:`guard_type` is the device guard's ``type_``.  Any C function it
+  calls while an error is pending raises SystemError with that error as its
+  ``__cause__``; it keeps the cause (per thread), which clears the
+  indicator, and returns normally, so the destructor completes and the
+  engine marks the graph task failed.
+* The engine PyTorch calls for ``backward()`` / ``autograd.grad()``
+  (``Variable._execution_engine``) becomes :class:`Engine`, a subclass of
+  torch's own, whose ``run_backward`` raises the kept error in place of the
+  SystemError that the now error-less failure produces ("returned NULL
+  without setting an exception").
+
+Both are installed by :func:`install` (at ``import flbridge``).  Errors
+raised outside backward never meet the stream guard and are untouched.
 """
 from __future__ import annotations
 
-import functools
 import threading
 
 import torch
 
-from .argkeys import to_meta
-
-_PENDING = threading.local()
-
-
-def in_backward() -> bool:
-    return torch._C._current_graph_task_id() != -1
+_TLS = threading.local()
+_KEEP_AT_MOST = 16          # errors kept outside any backward() (none expected) stay bounded
+_PRIVATE_USE1 = torch._C._autograd.DeviceType.PrivateUse1
+_probe = torch._C._current_graph_task_id   # any C function: it fails if an error is pending
 
 
-def defer(err: BaseException, func, args, kwargs, device=None):
-    """Outside backward: re-raises `err`.  Inside: queues it to be raised
-    when the backward pass ends and returns placeholder results for `func`."""
-    if not in_backward():
-        raise err
-    task = torch._C._current_graph_task_id()
-    pending = getattr(_PENDING, "errors", None)
-    if pending is None:
-        pending = _PENDING.errors = {}
-    if task not in pending:
-        pending[task] = err
-        err.add_note(f"flbridge: raised during the backward pass (in {func}); the gradients this backward "
-                     f"wrote are not valid (NaN placeholders were used so the pass could finish without "
-                     f"aborting the process, see flbridge/failsafe.py)")
-        torch.autograd.Variable._execution_engine.queue_callback(functools.partial(_raise, task))
-    return _placeholders(func, args, kwargs or {}, device)
+def _kept() -> list:
+    kept = getattr(_TLS, "errors", None)
+    if kept is None:
+        kept = _TLS.errors = []
+    return kept
 
 
-def _raise(task) -> None:
-    err = _PENDING.errors.pop(task, None)
-    if err is not None:
-        raise err
-
-
-def _placeholders(func, args, kwargs, device):
-    if device is None:
-        device = _fl_device(args, kwargs)
-    opi_mutated = _mutated_args(func, args, kwargs)
+def guard_type(self):
+    """The Python device guard's `type_`: PrivateUse1, after taking over an
+    error left pending by the engine (see the module docstring)."""
     try:
-        res = func(*to_meta(args), **to_meta(kwargs)) if hasattr(func, "_schema") else None
-    except Exception:  # noqa: BLE001 - no meta kernel: nothing sensible to hand back
-        res = None
-    if opi_mutated is not None:
-        return opi_mutated
-    return _fill(res, device)
+        _probe()
+    except SystemError as e:
+        kept = _kept()
+        kept.append(e.__cause__ if e.__cause__ is not None else e)
+        if len(kept) > _KEEP_AT_MOST:
+            del kept[0]
+    return _PRIVATE_USE1
 
 
-def _mutated_args(func, args, kwargs):
-    """An in-place / out= op returns its written argument(s), untouched."""
-    schema = getattr(func, "_schema", None)
-    if schema is None or not schema.returns:
-        return None
-    outs = []
-    for r in schema.returns:
-        if r.alias_info is None or not r.alias_info.is_write:
-            return None
-        for i, a in enumerate(schema.arguments):
-            if a.alias_info is not None and set(a.alias_info.before_set) & set(r.alias_info.before_set):
-                outs.append(args[i] if i < len(args) else kwargs.get(a.name))
-                break
-    return outs[0] if len(outs) == 1 else tuple(outs)
+class Engine(torch._C._ImperativeEngine):
+    """torch's autograd engine, raising the error a backward pass was
+    stopped by (see the module docstring)."""
+
+    def run_backward(self, *args, **kwargs):
+        kept = _kept()
+        mark = len(kept)
+        try:
+            return super().run_backward(*args, **kwargs)
+        except SystemError:
+            if len(kept) <= mark:
+                raise
+            err = kept[mark]
+        finally:
+            del kept[mark:]
+        raise err   # outside the handler: the SystemError is not chained to it
 
 
-def _fill(res, device):
-    if isinstance(res, torch.Tensor):
-        if res.dtype.is_floating_point or res.dtype.is_complex:
-            return torch.full(res.shape, float("nan"), dtype=res.dtype, device=device)
-        return torch.zeros(res.shape, dtype=res.dtype, device=device)
-    if isinstance(res, (list, tuple)):
-        return type(res)(_fill(r, device) for r in res)
-    return res
-
-
-def _fl_device(args, kwargs):
-    for v in (*args, *kwargs.values()):
-        if isinstance(v, torch.Tensor) and v.device.type == "fl":
-            return v.device
-        if isinstance(v, (list, tuple)):
-            for x in v:
-                if isinstance(x, torch.Tensor) and x.device.type == "fl":
-                    return x.device
-    return torch.device("fl", 0)
-
-
-def kernel(op):
-    """Decorates a Python kernel registered with torch.library for the aten
-    overload `op` (allocation, copies, autocast) so its errors during
-    backward are deferred too."""
-    def wrap(fn):
-        @functools.wraps(fn)
-        def run(*args, **kwargs):
-            try:
-                return fn(*args, **kwargs)
-            except Exception as err:  # noqa: BLE001 - re-raised now or at the end of backward
-                if not in_backward():
-                    raise
-                dev = kwargs.get("device")
-                return defer(err, op, args, kwargs, _usable(dev))
-        return run
-    return wrap
-
-
-def _usable(dev):
-    """A device the placeholder can be made on: the requested fl device if
-    it exists, else the first one."""
-    from .devices import _STATE
-    try:
-        d = torch.device(dev) if dev is not None else None
-    except (RuntimeError, TypeError):
-        d = None
-    if d is not None and d.type == "fl" and d.index is not None and d.index < len(_STATE.chips) \
-            and getattr(_STATE.chips[d.index], "available", True):
-        return d
-    for c in _STATE.chips:
-        if getattr(c, "available", True):
-            return c.device
-    return None
+def install() -> None:
+    from torch.autograd.variable import Variable
+    if not isinstance(Variable._execution_engine, Engine):
+        Variable._execution_engine = Engine()

@@ -82,6 +82,13 @@ class FlModule(types.ModuleType):
     def is_initialized() -> bool:
         return bool(_STATE.initialized)
 
+    @property
+    def _initialized(self) -> bool:
+        # torch.utils.checkpoint saves and restores a device's RNG state only
+        # when `getattr(torch.<device>, "_initialized", False)` (torch.cuda's
+        # module global); without it a recomputed forward draws new dropout masks
+        return bool(_STATE.initialized)
+
     @staticmethod
     def _is_in_bad_fork() -> bool:
         return False
