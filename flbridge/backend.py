@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from . import checkpoint, crossings, dispatch, failsafe, metaops, pinned  # noqa: F401 - dispatch installs XPUTensor.__torch_dispatch__
+from . import checkpoint, crossings, dispatch, failsafe, metaops, paramdata, pinned  # noqa: F401 - dispatch installs XPUTensor.__torch_dispatch__
 from .adapter import dense_strides
 from .fl_module import FL_MODULE
 from .devices import _STATE, _TLS, chip_for, chips, current_device, set_device, torch_device  # noqa: F401
@@ -130,12 +130,9 @@ def register() -> None:
     from torch.optim import optimizer as _opt
     if XPUTensor not in _opt._foreach_supported_types:
         _opt._foreach_supported_types.append(XPUTensor)
-    # Module.to / .cpu / .half and load_state_dict keep parameter identity
-    # (tied weights stay tied) by swapping tensors, as PyTorch plans to by
-    # default: fl tensors are not shallow-copy compatible with CPU ones, so
-    # the `.data =` path would give every module its own copy.  Set at
-    # import (docs/device.md): the first `.to("fl")` must already swap.
-    torch.__future__.set_swap_module_params_on_conversion(True)
+    # `.data =` with fl tensors; Module.to / .cpu / .half keep each parameter
+    # object (tied weights stay tied) without a process-wide flag
+    paramdata.install()
     checkpoint.register()
     failsafe.install()   # an exception during backward reaches backward()'s caller
     from . import amp  # autocast kernels, torch.fl.amp, get_amp_supported_dtype
