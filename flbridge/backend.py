@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from . import checkpoint, crossings, dispatch, failsafe, metaops, paramdata, pinned  # noqa: F401 - dispatch installs XPUTensor.__torch_dispatch__
+from . import accelerator, checkpoint, crossings, current, dispatch, failsafe, metaops, paramdata, pinned  # noqa: F401 - dispatch installs XPUTensor.__torch_dispatch__
 from .adapter import dense_strides
 from .fl_module import FL_MODULE
 from .devices import _STATE, _TLS, chip_for, chips, current_device, set_device, torch_device  # noqa: F401
@@ -135,6 +135,8 @@ def register() -> None:
     paramdata.install()
     checkpoint.register()
     failsafe.install()   # an exception during backward reaches backward()'s caller
+    current.install()    # "fl" without an index is the current fl device
+    accelerator.install()   # torch.accelerator.* answered by torch.fl
     from . import amp  # autocast kernels, torch.fl.amp, get_amp_supported_dtype
     amp.install(FL_MODULE)
     _STATE.registered = True

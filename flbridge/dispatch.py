@@ -114,6 +114,8 @@ def _handler(func):
     k = kind(func)
     if k == SPECIAL:
         return _SPECIAL[SPECIAL_OPS[func]]
+    if k == ROUTED and any(a.name == "device" for a in func._schema.arguments):
+        return crossings.on_device(route)     # rand_like(x, device=...), new_zeros(..., device=...)
     return _BY_KIND[k]
 
 

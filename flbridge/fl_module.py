@@ -156,6 +156,13 @@ class FlModule(types.ModuleType):
         _chip(device).allocator.reset_peak()
 
     reset_max_memory_allocated = reset_peak_memory_stats
+
+    @staticmethod
+    def reset_accumulated_memory_stats(device=None) -> None:
+        """Zeroes the counters memory_stats() accumulates (device allocs and
+        frees, OOM retries, OOMs)."""
+        a = _chip(device).allocator
+        a.retries = a.ooms = a.device_allocs = a.device_frees = 0
     reset_max_memory_cached = reset_peak_memory_stats
 
     @staticmethod
