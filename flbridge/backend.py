@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from . import accelerator, checkpoint, crossings, current, dispatch, failsafe, metaops, paramdata, pinned  # noqa: F401 - dispatch installs XPUTensor.__torch_dispatch__
+from . import accelerator, checkpoint, crossings, current, dispatch, failsafe, metaops, nested, paramdata, pinned, quantized  # noqa: F401 - dispatch installs XPUTensor.__torch_dispatch__
 from .adapter import dense_strides
 from .fl_module import FL_MODULE
 from .devices import _STATE, _TLS, chip_for, chips, current_device, set_device, torch_device  # noqa: F401
@@ -126,6 +126,8 @@ def register() -> None:
     for name, what in UNSUPPORTED_FACTORIES.items():
         lib.impl(name, _unsupported_factory(what), "PrivateUse1")
     pinned.register(lib)
+    quantized.register(lib)   # quantized tensors and models: one clear error at the move
+    nested.install()          # jagged nested tensors over fl values: one clear error when made
     _STATE.library = lib
     from torch.optim import optimizer as _opt
     if XPUTensor not in _opt._foreach_supported_types:

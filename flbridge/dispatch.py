@@ -16,7 +16,7 @@ import threading
 
 import torch
 
-from . import c10d_ops, crossings, metaops
+from . import c10d_ops, crossings, metaops, nested
 from .foreach import foreach
 from .launch import WATCH
 from .opkinds import ALIAS, COLLECTIVE, COMPOSITE, FOREACH, INPLACE_VIEW, ROUTED, SPECIAL, SPECIAL_OPS, VIEW, kind
@@ -111,10 +111,14 @@ _HANDLERS: dict = {}
 
 
 def _handler(func):
+    nh = nested.handler(func)
+    if nh is not None:
+        return nh        # nested-tensor ops: TransformerEncoder's fast path, else a clear error
     k = kind(func)
     if k == SPECIAL:
         return _SPECIAL[SPECIAL_OPS[func]]
-    if k == ROUTED and any(a.name == "device" for a in func._schema.arguments):
+    schema_args = func._schema.arguments
+    if k == ROUTED and schema_args and schema_args[0].name == "self" and any(a.name == "device" for a in schema_args):
         return crossings.on_device(route)     # rand_like(x, device=...), new_zeros(..., device=...)
     return _BY_KIND[k]
 

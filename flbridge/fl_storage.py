@@ -71,9 +71,8 @@ class FLUntypedStorage(torch.UntypedStorage):
 
     def _bytes(self) -> torch.Tensor:
         """The storage as a 1-D uint8 fl tensor (aliasing it)."""
-        from .tensor import new_tensor
         st = self._st()
-        return new_tensor(st.chip, (st.nbytes,), (1,), torch.uint8, storage=st)
+        return torch.empty(0, dtype=torch.uint8, device=st.chip.device).set_(self, 0, (st.nbytes,), (1,))
 
     def copy_(self, source, non_blocking=None):
         src = source._untyped_storage if isinstance(source, torch.TypedStorage) else source

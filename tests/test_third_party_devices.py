@@ -9,8 +9,6 @@ import pytest
 import torch
 import torch.nn as nn
 
-import flbridge
-from flbridge.tensor import XPUTensor
 from tests.conftest import routes
 
 
