@@ -123,11 +123,18 @@ def test_device_argument_of_like_and_new_factories_is_honoured(flchips, op, targ
 
 def test_rand_like_on_another_chip_draws_from_that_chips_generator(flchips):
     src = torch.ones(64).to("fl:2")
-    torch.fl.manual_seed_all(0)
+
+    def seed():
+        for index, s in ((1, 0), (2, 1)):
+            with torch.fl.device(index):
+                torch.fl.manual_seed(s)
+
+    seed()
     a = torch.rand_like(src, device="fl:1").cpu()
-    torch.fl.manual_seed_all(0)
+    seed()
     b = torch.rand(64, device="fl:1").cpu()
-    assert torch.equal(a, b)
+    c = torch.rand(64, device="fl:2").cpu()
+    assert torch.equal(a, b) and not torch.equal(a, c)
 
 
 # -------------------------------------------------------------- streams
