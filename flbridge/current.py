@@ -77,6 +77,7 @@ _TARGETS = ((torch.Tensor, "to"), (torch.Tensor, "new_tensor"), (torch, "tensor"
 
 
 def _install_wrappers() -> None:
+    import torch.jit._builtins as _jit_builtins
     from torch.utils._device import _device_constructors
     constructors = _device_constructors()   # the set `with torch.device(...)` checks (cached: one object)
     for owner, name in _TARGETS:
@@ -88,6 +89,11 @@ def _install_wrappers() -> None:
             if fn in constructors:
                 # torch passes the original function to modes, code may look up either
                 constructors.add(wrapper)
+            op = _jit_builtins._find_builtin(fn)
+            if op is not None:
+                # TorchScript resolves torch.tensor & co. through this table; it must not
+                # try to compile the wrapper (torch.distributed.optim scripts its optimizers)
+                _jit_builtins._register_builtin(wrapper, op)
 
 
 def follow(index: int) -> None:

@@ -77,7 +77,19 @@ def test_current_device_is_per_thread_and_explicit_indices_win(flchips, restore_
     assert seen["dev"] == torch.device("fl", 0)          # another thread keeps its own current device
     torch.fl.set_device(0)
     assert torch.randn(2).to("fl").device == torch.device("fl", 0)
-    assert torch._C._len_torch_function_stack() == 0     # back on fl:0: nothing stays installed
+
+
+def test_torchscript_still_compiles_torch_tensor_after_a_device_change(flchips, restore_current_device):
+    """torch.distributed.optim scripts its optimizers at import; TorchScript
+    must keep resolving torch.tensor & co. as builtins."""
+    torch.fl.set_device(1)
+
+    @torch.jit.script
+    def f(x: torch.Tensor):
+        return torch.tensor([1.0, 2.0]) + torch.as_tensor(x).to(torch.float32)
+
+    assert torch.equal(f(torch.ones(2)), torch.tensor([2.0, 3.0]))
+    assert torch.tensor([1.0]).to("fl").device == torch.device("fl", 1)
 
 
 def test_default_device_and_get_default_device(flchips, restore_current_device):
