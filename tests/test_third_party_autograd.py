@@ -166,6 +166,7 @@ def test_an_op_error_during_backward_is_raised_at_backward(th1, monkeypatch):
     torch.testing.assert_close(x.grad.cpu(), torch.digamma(x.detach().cpu()))
 
 
+@pytest.mark.slow   # a child Python process: several seconds
 def test_record_stream_failure_in_a_gradient_hook_does_not_abort(th1):
     """DeepSpeed's overlap_comm calls record_stream inside gradient hooks;
     a failing call there used to end the process.  Run in a child so an
