@@ -65,11 +65,6 @@ _DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_
 _K_DL_EXT_DEV = 12      # DLPack's kDLExtDev: ATen maps it to PrivateUse1
 
 
-@_DELETER
-def _no_delete(_):
-    pass
-
-
 _KEEP: list = []        # the DLPack structs behind the templates (never freed)
 _TEMPLATES: dict = {}   # (device index, dtype) -> empty plain tensor on fl:N
 
@@ -92,7 +87,9 @@ def _template(index: int, dtype: torch.dtype) -> torch.Tensor:
             m.dl_tensor.ndim = 1
             m.dl_tensor.dtype = _DLDataType(1, 8, 1)      # uint8
             m.dl_tensor.shape, m.dl_tensor.strides = shape, strides
-            m.deleter = _no_delete
+            # no deleter (NULL, which DLPack allows and ATen checks): a Python callback
+            # would be freed at interpreter exit before the templates that point at it
+            m.deleter = _DELETER()
             _KEEP.extend((m, shape, strides))
             new_capsule = ctypes.pythonapi.PyCapsule_New
             new_capsule.restype = ctypes.py_object
