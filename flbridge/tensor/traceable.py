@@ -108,11 +108,22 @@ _set_storage = torch.ops.aten.set_.source_Storage_storage_offset.redispatch
 _as_strided = torch.ops.aten.as_strided.default.redispatch
 
 
+# Stand-in storages get addresses of their own, from a range no host or
+# device memory uses (non-canonical on x86-64: nothing can dereference one),
+# never overlapping: code that finds tensors sharing memory through the
+# stand-ins (safetensors, huggingface_hub's save_pretrained) sees one range
+# per flbridge Storage.  A null address would make data_ptr() refuse.
+_STAND_IN_BASE = 1 << 60
+_stand_in_next = [_STAND_IN_BASE]
+
+
 def _inner_storage(st, device):
     """One C++ storage per flbridge Storage (views' stand-ins share it)."""
     us = _INNER_STORAGES.get(st)
     if us is None or us.nbytes() < st.nbytes:
-        us = _INNER_STORAGES[st] = torch._C._construct_storage_from_data_pointer(0, device, st.nbytes)
+        addr = _stand_in_next[0]
+        _stand_in_next[0] += (st.nbytes + 127) // 64 * 64     # 64-byte aligned, a gap between ranges
+        us = _INNER_STORAGES[st] = torch._C._construct_storage_from_data_pointer(addr, device, st.nbytes)
     return us
 
 
