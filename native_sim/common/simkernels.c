@@ -1116,6 +1116,146 @@ sim_status simk_binary(const char *fn, const char *kernel, simk_binop op, const 
     return SIM_OK;
 }
 
+/* ------------------------------------------------ comparisons with a scalar */
+
+typedef struct {
+    simk_binop op;
+    float f;       /* the scalar as the floating operand's dtype rounds it */
+    int64_t i;     /* the scalar as an integer (integral scalars against integer tensors) */
+} cmps_ctx;
+
+#define CMP_LOOP(o, a, b, n, op)                                                          \
+    switch (op) {                                                                         \
+        case SIMK_EQ: for (int64_t k = 0; k < n; k++) o[k] = a[k] == b; break;            \
+        case SIMK_NE: for (int64_t k = 0; k < n; k++) o[k] = a[k] != b; break;            \
+        case SIMK_LT: for (int64_t k = 0; k < n; k++) o[k] = a[k] < b; break;             \
+        case SIMK_LE: for (int64_t k = 0; k < n; k++) o[k] = a[k] <= b; break;            \
+        case SIMK_GT: for (int64_t k = 0; k < n; k++) o[k] = a[k] > b; break;             \
+        default: for (int64_t k = 0; k < n; k++) o[k] = a[k] >= b; break;                 \
+    }
+
+static void cmps_f(const void *vc, float *o, const float *const *x, int64_t n) {
+    const cmps_ctx *c = vc;
+    const float *a = x[0], b = c->f;
+    CMP_LOOP(o, a, b, n, c->op)
+}
+
+static void cmps_i(const void *vc, int64_t *o, const int64_t *const *x, int64_t n) {
+    const cmps_ctx *c = vc;
+    const int64_t *a = x[0], b = c->i;
+    CMP_LOOP(o, a, b, n, c->op)
+}
+
+sim_status simk_compare_scalar(const char *fn, const char *kernel, simk_binop op, const sim_view *a, double other,
+                               const sim_view *out) {
+    sim_status st;
+    if (op < SIMK_EQ || op > SIMK_GE) return sim_fail(SIM_E_INVALID_VALUE, fn, "not a comparison");
+    if ((st = check_shape(fn, "self", a, out))) return st;
+    if (out->dtype != SIM_BOOL)
+        return sim_fail(SIM_E_UNSUPPORTED, fn, "a comparison writes bool, the output is %s", sim_dtype_name(out->dtype));
+    if ((st = sim_launch(kernel, fn))) return st;
+    /* PyTorch's promotion: a floating tensor compares in its own dtype (the
+     * scalar rounded to it); an integer or bool tensor exactly against an
+     * integral scalar, and in float32 against any other */
+    cmps_ctx c = {op, 0.0f, 0};
+    const int integral = other == other && fabs(other) < 9.2e18 && other == floor(other);
+    if (simk_is_float(a->dtype) || !integral) {
+        float f = (float)other;
+        if (a->dtype == SIM_F16) f = sim_h2f(sim_f2h(f));
+        else if (a->dtype == SIM_BF16) f = sim_bf2f(sim_f2bf(f));
+        c.f = f;
+        ew_float(out, 1, &a, cmps_f, &c);
+    } else {
+        c.i = (int64_t)other;
+        ew_int(out, 1, &a, cmps_i, &c);
+    }
+    return SIM_OK;
+}
+
+/* ------------------------------------------------------------- logical */
+
+static void logical_f(const void *vc, float *o, const float *const *x, int64_t n) {
+    const float *a = x[0], *b = x[1];
+    switch (*(const simk_logop *)vc) {
+        case SIMK_LOGICAL_AND: for (int64_t k = 0; k < n; k++) o[k] = (a[k] != 0) & (b[k] != 0); break;
+        case SIMK_LOGICAL_OR: for (int64_t k = 0; k < n; k++) o[k] = (a[k] != 0) | (b[k] != 0); break;
+        case SIMK_LOGICAL_XOR: for (int64_t k = 0; k < n; k++) o[k] = (a[k] != 0) ^ (b[k] != 0); break;
+        default: for (int64_t k = 0; k < n; k++) o[k] = a[k] == 0; break;
+    }
+}
+
+sim_status simk_logical(const char *fn, const char *kernel, simk_logop op, const sim_view *a, const sim_view *b,
+                        const sim_view *out) {
+    sim_status st;
+    const int unary = op == SIMK_LOGICAL_NOT;
+    if ((st = check_shape(fn, "self", a, out)) || (!unary && (st = check_shape(fn, "other", b, out)))) return st;
+    if (out->dtype != SIM_BOOL)
+        return sim_fail(SIM_E_UNSUPPORTED, fn, "logical ops write bool, the output is %s", sim_dtype_name(out->dtype));
+    if ((st = sim_launch(kernel, fn))) return st;
+    /* any dtype: an element is true when nonzero (NaN too); a nonzero
+     * integer stays nonzero in float, so one float path serves all */
+    const sim_view *ins[2] = {a, unary ? a : b};
+    ew_float(out, 2, ins, logical_f, &op);
+    return SIM_OK;
+}
+
+/* --------------------------------------------------------------- clamp */
+
+typedef struct {
+    int lo, hi;   /* which bounds are given */
+} clamp_ctx;
+
+static void clamp_f(const void *vc, float *o, const float *const *x, int64_t n) {
+    const clamp_ctx *c = vc;
+    const float *a = x[0], *lo = x[1], *hi = x[c->lo ? 2 : 1];
+    for (int64_t k = 0; k < n; k++) { /* PyTorch's minimum(maximum(x, lo), hi): NaN anywhere gives NaN */
+        float r = a[k];
+        if (c->lo) r = fmax_nan(r, lo[k]);
+        if (c->hi) r = fmin_nan(r, hi[k]);
+        o[k] = r;
+    }
+}
+
+static void clamp_i(const void *vc, int64_t *o, const int64_t *const *x, int64_t n) {
+    const clamp_ctx *c = vc;
+    const int64_t *a = x[0], *lo = x[1], *hi = x[c->lo ? 2 : 1];
+    for (int64_t k = 0; k < n; k++) {
+        int64_t r = a[k];
+        if (c->lo && r < lo[k]) r = lo[k];
+        if (c->hi && r > hi[k]) r = hi[k];
+        o[k] = r;
+    }
+}
+
+sim_status simk_clamp(const char *fn, const char *kernel, const sim_view *self, const sim_view *lo, const sim_view *hi,
+                      const sim_view *out) {
+    sim_status st;
+    const int has_lo = lo && lo->present, has_hi = hi && hi->present;
+    if (!has_lo && !has_hi) return sim_fail(SIM_E_INVALID_VALUE, fn, "at least one of min and max is required");
+    if ((st = check_shape(fn, "self", self, out)) || (has_lo && (st = check_shape(fn, "min", lo, out))) ||
+        (has_hi && (st = check_shape(fn, "max", hi, out))))
+        return st;
+    const sim_view *ins[3] = {self, NULL, NULL};
+    int nin = 1;
+    if (has_lo) ins[nin++] = lo;
+    if (has_hi) ins[nin++] = hi;
+    for (int k = 0; k < nin; k++)
+        if (ins[k]->dtype != out->dtype)
+            return sim_fail(SIM_E_UNSUPPORTED, fn, "%s is %s but the output is %s (mixed dtypes)",
+                            k == 0 ? "self" : (k == 1 && has_lo) ? "min" : "max", sim_dtype_name(ins[k]->dtype),
+                            sim_dtype_name(out->dtype));
+    if (out->dtype == SIM_BOOL) return sim_fail(SIM_E_UNSUPPORTED, fn, "clamp takes no bool tensors");
+    if ((st = sim_launch(kernel, fn))) return st;
+    clamp_ctx c = {has_lo, has_hi};
+    if (simk_is_float(out->dtype)) {
+        ew_float(out, nin, ins, clamp_f, &c);
+        sim_corrupt_output(out);
+    } else {
+        ew_int(out, nin, ins, clamp_i, &c);
+    }
+    return SIM_OK;
+}
+
 /* ------------------------------------------------------------- unary ops */
 
 static void un_f(const void *vc, float *o, const float *const *x, int64_t n) {
@@ -1655,6 +1795,11 @@ static void copy_view(const sim_view *src, const sim_view *dst) {
     copy_any(src, dst);
     free(h.own);
 }
+
+/* the helpers the other kernel files share (simkernels.h) */
+void simk_copy_view(const sim_view *src, const sim_view *dst) { copy_view(src, dst); }
+int simk_views_overlap(const sim_view *a, const sim_view *b) { return views_overlap(a, b); }
+sim_view simk_dense_like(const sim_view *v, sim_dtype dt, void **own) { return dense_like(v, dt, own); }
 
 /* ------------------------------------------------------ row arithmetic */
 
@@ -2763,6 +2908,77 @@ sim_status simk_reduce(const char *fn, const char *kernel, const sim_view *in, u
     sim_scatter(R, out);
     free(acc);
     free(R);
+    return SIM_OK;
+}
+
+/* acc[kept] += the int64 values of `in` over the reduced dims (wrapping, as PyTorch's int64 sums) */
+static void isum_walk(const sim_view *in, uint32_t reduce, int64_t *acc) {
+    sim_iter it;
+    if (!reduce_iter(&it, in, reduce, (double *)acc)) return; /* (only the kept index rides along) */
+    int64_t es = (int64_t)sim_dtype_size(in->dtype), buf[BLK];
+    do {
+        int64_t o = it.p[1] - (char *)acc;
+        for (int64_t j = 0; j < it.n; j += BLK) {
+            int64_t m = imin(BLK, it.n - j);
+            const int64_t *x = ld_i(buf, it.p[0] + j * it.s[0] * es, in->dtype, it.s[0], m);
+            const int64_t step = it.s[1], at = o + j * step;
+            for (int64_t i = 0; i < m; i++) acc[at + i * step] = (int64_t)((uint64_t)acc[at + i * step] + (uint64_t)x[i]);
+        }
+    } while (sim_iter_next(&it));
+}
+
+sim_status simk_reduce_int(const char *fn, const char *kernel, const sim_view *in, uint32_t reduce,
+                           const sim_view *out) {
+    int64_t kept = 1;
+    for (int d = 0; d < in->ndim; d++)
+        if (!(reduce & (1u << d))) kept *= in->shape[d];
+    if (sim_numel(out) != kept)
+        return sim_fail(SIM_E_INVALID_VALUE, fn, "output has %lld elements, the reduction gives %lld",
+                        (long long)sim_numel(out), (long long)kept);
+    if (simk_is_float(in->dtype) || out->dtype != SIM_I64)
+        return sim_fail(SIM_E_UNSUPPORTED, fn, "an integer or bool sum reads integers and writes int64, got %s -> %s",
+                        sim_dtype_name(in->dtype), sim_dtype_name(out->dtype));
+    sim_status lst = sim_launch(kernel, fn);
+    if (lst) return lst;
+    int64_t *acc = calloc((size_t)(kept > 0 ? kept : 1), sizeof(int64_t));
+    if (!acc) abort();
+    isum_walk(in, reduce, acc);
+    sim_view t = dense_over(acc, out, SIM_I64);
+    copy_any(&t, out);
+    free(acc);
+    return SIM_OK;
+}
+
+/* counts of the elements that decide any (nonzero) or all (zero) */
+static void red_count(void *ctx, const float *x, int64_t n, int64_t o, int64_t step) {
+    double *acc = ((double **)ctx)[0];
+    const int all = ((double **)ctx)[1] != NULL;
+    for (int64_t i = 0; i < n; i++) acc[o + i * step] += all ? x[i] == 0 : x[i] != 0;
+}
+
+sim_status simk_any_all(const char *fn, const char *kernel, const sim_view *in, uint32_t reduce, int all,
+                        const sim_view *out) {
+    int64_t kept = 1;
+    for (int d = 0; d < in->ndim; d++)
+        if (!(reduce & (1u << d))) kept *= in->shape[d];
+    if (sim_numel(out) != kept)
+        return sim_fail(SIM_E_INVALID_VALUE, fn, "output has %lld elements, the reduction gives %lld",
+                        (long long)sim_numel(out), (long long)kept);
+    if (out->dtype != SIM_BOOL && !(out->dtype == SIM_U8 && in->dtype == SIM_U8))
+        return sim_fail(SIM_E_UNSUPPORTED, fn, "any/all write bool (uint8 for a uint8 input), not %s",
+                        sim_dtype_name(out->dtype));
+    sim_status lst = sim_launch(kernel, fn);
+    if (lst) return lst;
+    /* an element counts when nonzero (any) or zero (all), NaN being nonzero;
+     * integers stay nonzero in float */
+    double *acc = alloc_d(kept);
+    double *ctx[2] = {acc, all ? acc : NULL};
+    reduce_walk(in, reduce, acc, red_count, ctx);
+    int64_t *r = xmalloc((size_t)(kept > 0 ? kept : 1) * sizeof(int64_t));
+    for (int64_t i = 0; i < kept; i++) r[i] = all ? acc[i] == 0 : acc[i] != 0;
+    scatter_i(r, out);
+    free(r);
+    free(acc);
     return SIM_OK;
 }
 
