@@ -847,18 +847,25 @@ TH1API th1Result_t th1Cat(const th1TensorDesc_t *const *inputs, int numInputs, i
 
 /* --------------------------------------------------- comparisons, logical */
 
-TH1API th1Result_t th1CompareScalar(const th1TensorDesc_t *x, double value, int op, th1TensorDesc_t *y) {
-    const char *fn = "th1CompareScalar";
-    static const simk_binop ops[6] = {SIMK_EQ, SIMK_NE, SIMK_LT, SIMK_LE, SIMK_GT, SIMK_GE};
-    static const char *const names[6] = {"eq_scalar", "ne_scalar", "lt_scalar", "le_scalar", "gt_scalar", "ge_scalar"};
+static sim_status compare_scalar(const char *fn, const char *kernel, simk_binop op, const th1TensorDesc_t *x,
+                                 double value, th1TensorDesc_t *y) {
     sim_view xv, yv;
-    sim_status st;
-    if ((st = sim_require_init(fn))) return code(st);
-    if (op < TH1_CMP_EQ || op > TH1_CMP_GE)
-        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "op=%d (expected TH1_CMP_EQ..TH1_CMP_GE)", op));
-    if ((st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0))) return code(st);
-    return code(simk_compare_scalar(fn, names[op], ops[op], &xv, value, &yv));
+    TRY(sim_require_init(fn));
+    TRY(view_of(y, &yv, fn, "y", 0));
+    TRY(view_of(x, &xv, fn, "x", 0));
+    return simk_compare_scalar(fn, kernel, op, &xv, value, &yv);
 }
+
+#define TH1_COMPARE_SCALAR(name, kernel, op)                                                              \
+    TH1API th1Result_t th1##name##Scalar(const th1TensorDesc_t *x, double value, th1TensorDesc_t *y) {    \
+        return code(compare_scalar("th1" #name "Scalar", kernel, op, x, value, y));                       \
+    }
+TH1_COMPARE_SCALAR(Equal, "eq_scalar", SIMK_EQ)
+TH1_COMPARE_SCALAR(NotEqual, "ne_scalar", SIMK_NE)
+TH1_COMPARE_SCALAR(Less, "lt_scalar", SIMK_LT)
+TH1_COMPARE_SCALAR(LessEqual, "le_scalar", SIMK_LE)
+TH1_COMPARE_SCALAR(Greater, "gt_scalar", SIMK_GT)
+TH1_COMPARE_SCALAR(GreaterEqual, "ge_scalar", SIMK_GE)
 
 TH1API th1Result_t th1Logical(const th1TensorDesc_t *a, const th1TensorDesc_t *b, int op, th1TensorDesc_t *c) {
     const char *fn = "th1Logical";

@@ -299,17 +299,16 @@ TH1API th1Result_t th1SelectBackward(const th1TensorDesc_t* dy, int axis, int64_
 /* y = inputs concatenated along axis (1-D empty inputs are skipped); one dtype */
 TH1API th1Result_t th1Cat(const th1TensorDesc_t* const* inputs, int numInputs, int axis, th1TensorDesc_t* y);
 
-/* ---- comparison with a host scalar: y = x <op> value, y bool, x of any TH1
+/* ---- comparisons with a host scalar: y = x <op> value, y bool, x of any TH1
  * type.  PyTorch's promotion: a floating x compares in its own type (value
  * rounded to it), an integer or bool x exactly against an integral value
  * and in float32 against any other. */
-#define TH1_CMP_EQ 0
-#define TH1_CMP_NE 1
-#define TH1_CMP_LT 2
-#define TH1_CMP_LE 3
-#define TH1_CMP_GT 4
-#define TH1_CMP_GE 5
-TH1API th1Result_t th1CompareScalar(const th1TensorDesc_t* x, double value, int op, th1TensorDesc_t* y);
+TH1API th1Result_t th1EqualScalar(const th1TensorDesc_t* x, double value, th1TensorDesc_t* y);
+TH1API th1Result_t th1NotEqualScalar(const th1TensorDesc_t* x, double value, th1TensorDesc_t* y);
+TH1API th1Result_t th1LessScalar(const th1TensorDesc_t* x, double value, th1TensorDesc_t* y);
+TH1API th1Result_t th1LessEqualScalar(const th1TensorDesc_t* x, double value, th1TensorDesc_t* y);
+TH1API th1Result_t th1GreaterScalar(const th1TensorDesc_t* x, double value, th1TensorDesc_t* y);
+TH1API th1Result_t th1GreaterEqualScalar(const th1TensorDesc_t* x, double value, th1TensorDesc_t* y);
 
 /* ---- logical: a, b of any TH1 types (nonzero, NaN too, is true), c bool */
 #define TH1_LOGICAL_AND 0
