@@ -763,9 +763,14 @@ sim_status simk_isin(const char *fn, const char *kernel, const sim_view *element
     if (m > 0)
         do {
             const char *p = elem(test, idx);
-            if (ints) ((int64_t *)set)[i++] = load_i64(p, test->dtype);
-            else ((double *)set)[i++] = sim_load(p, test->dtype);
+            if (ints) {
+                ((int64_t *)set)[i++] = load_i64(p, test->dtype);
+            } else {
+                double v = sim_load(p, test->dtype);
+                if (v == v) ((double *)set)[i++] = v;   /* NaN matches nothing: left out of the ordered set */
+            }
         } while (next_index(idx, test->shape, test->ndim));
+    m = i;
     qsort(set, (size_t)m, 8, ints ? cmp_i64 : cmp_f64);
     uint8_t *res = xmalloc((size_t)(n > 0 ? n : 1));
     memset(idx, 0, sizeof idx);
