@@ -10,8 +10,8 @@
  * compute floating dtypes in float (PyTorch's CPU kernels' order of
  * additions; float16/bfloat16 rounded after every addition, as PyTorch's
  * Half arithmetic does, except cumsum, which accumulates float32 in double
- * and the narrow dtypes in float, as PyTorch does) and integers exactly in
- * int64, wrapping.  Every index is range-checked before anything is
+ * and the narrow dtypes in float, as PyTorch does), integers exactly in
+ * int64, wrapping, and bool as "or".  Every index is range-checked before anything is
  * written (a bad one is a data error, SIM_E_DATA); an output that shares
  * memory with an input is computed as if every input were read first.
  */
@@ -74,7 +74,9 @@ static inline int is_float(sim_dtype dt) { return simk_is_float(dt); }
 /* dst += src in dst's dtype: floats computed in float and rounded to the
  * dtype, integers wrapping in int64 */
 static inline void add_into(char *dst, sim_dtype dt, const char *src, sim_dtype sdt, double scale) {
-    if (is_float(dt)) {
+    if (dt == SIM_BOOL) { /* bool + bool: true when either is (PyTorch's bool addition) */
+        *(uint8_t *)dst = (uint8_t)(*(const uint8_t *)dst || (load_i64(src, sdt) != 0 && scale != 0));
+    } else if (is_float(dt)) {
         float a = (float)sim_load(dst, dt), b = (float)sim_load(src, sdt);
         sim_store(dst, dt, (double)(a + (scale == 1.0 ? b : (float)scale * b)));
     } else {
@@ -195,7 +197,6 @@ sim_status simk_scatter(const char *fn, const char *kernel, const sim_view *self
     if ((st = norm_dim(fn, &dim, self->ndim)) || (st = need_index(fn, "index", index)) ||
         (st = same_dtype(fn, "self", self, out)) || (st = same_shape(fn, "out", &o, &s)))
         return st;
-    if (add && out->dtype == SIM_BOOL) return sim_fail(SIM_E_UNSUPPORTED, fn, "scatter_add takes no bool tensors");
     const int scalar = src->ndim == 0;   /* a 0-d src: one value for every index (scatter.value) */
     if (ix.ndim != s.ndim || (!scalar && sv.ndim != s.ndim))
         return sim_fail(SIM_E_INVALID_VALUE, fn, "index, src and self must have the same number of dims");
@@ -277,7 +278,6 @@ sim_status simk_index_add(const char *fn, const char *kernel, const sim_view *se
         (st = same_dtype(fn, "self", self, out)) || (st = same_dtype(fn, "source", source, out)) ||
         (st = same_shape(fn, "out", &o, &s)))
         return st;
-    if (out->dtype == SIM_BOOL) return sim_fail(SIM_E_UNSUPPORTED, fn, "index_add takes no bool tensors");
     if (index->ndim > 1) return sim_fail(SIM_E_INVALID_VALUE, fn, "index must be 0-D or 1-D");
     int64_t n = sim_numel(index);
     if (sv.ndim != s.ndim || sv.shape[dim] != n)
@@ -449,8 +449,6 @@ sim_status simk_index_put(const char *fn, const char *kernel, const sim_view *se
     sim_status st;
     adv_index a;
     if ((st = same_dtype(fn, "self", self, out)) || (st = same_shape(fn, "out", out, self))) return st;
-    if (accumulate && out->dtype == SIM_BOOL)
-        return sim_fail(SIM_E_UNSUPPORTED, fn, "index_put with accumulate takes no bool tensors");
     if ((st = adv_setup(fn, self, indices, n, &a))) return st;
     /* values broadcast to [bshape..., self's unindexed dims] */
     int vnd = a.bnd + self->ndim - n;

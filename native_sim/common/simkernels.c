@@ -2864,9 +2864,10 @@ sim_status simk_reduce_dims(const char *fn, const sim_view *in, const int64_t *d
                             const sim_view *out, uint32_t *mask) {
     if (n < 0 || (n > 0 && !dims)) return sim_fail(SIM_E_INVALID_VALUE, fn, "bad dim list");
     uint32_t m = 0;
+    const int nd1 = in->ndim ? in->ndim : 1; /* a 0-D input takes dim 0 and -1, as in PyTorch */
     for (int64_t i = 0; i < n; i++) {
-        int64_t d = dims[i] < 0 ? dims[i] + in->ndim : dims[i];
-        if (d < 0 || d >= (in->ndim ? in->ndim : 1))
+        int64_t d = dims[i] < 0 ? dims[i] + nd1 : dims[i];
+        if (d < 0 || d >= nd1)
             return sim_fail(SIM_E_INVALID_VALUE, fn, "dim %lld out of range for %d-D input", (long long)dims[i],
                             in->ndim);
         if (m & (1u << d)) return sim_fail(SIM_E_INVALID_VALUE, fn, "dim %lld appears twice", (long long)dims[i]);
