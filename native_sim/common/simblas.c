@@ -465,6 +465,7 @@ typedef struct {
     int nseg;
     const int64_t *soff, *slen;
     int64_t *boff, *blen;  /* the runs of the current K block (scratch, nseg entries) */
+    int accumulate;        /* C's current contents are added to (simblas_gemm_segs) */
     int64_t kc_blk, nc_blk, mc_blk;
     float *ap, *bp, *cw;
 } plan;
@@ -541,7 +542,7 @@ static void run_entry(const plan *pl, const mat2 *A, const mat2 *B, const mat2 *
                         u.bks = B->rs;
                     }
                     u.n = n;
-                    u.load = !first;
+                    u.load = !first || pl->accumulate;
                     u.scale = last ? pl->alpha : 1.0f;
                     for (int64_t ir = 0; ir < mc; ir += MR) {
                         const int m = (int)(mc - ir < MR ? mc - ir : MR);
@@ -745,25 +746,21 @@ void simblas_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
 }
 
 void simblas_gemm_segs(int64_t M, int64_t N, int64_t K, const float *a, int64_t ars, int nseg,
-                       const int64_t *seg_off, const int64_t *seg_len, const simblas_mat *B, float beta,
-                       const simblas_mat *D, const simblas_mat *C) {
-    if (M <= 0 || N <= 0) return;
-    if (beta == 0.0f) D = NULL;
+                       const int64_t *seg_off, const int64_t *seg_len, const simblas_mat *B, int accumulate,
+                       const simblas_mat *C) {
+    if (M <= 0 || N <= 0 || K <= 0) return;
     plan pl;
-    plan_init(&pl, M, N, K, 1.0f, beta);
+    plan_init(&pl, M, N, K, 1.0f, 0.0f);
     pl.sa = a;
     pl.sars = ars;
     pl.nseg = nseg;
     pl.soff = seg_off;
     pl.slen = seg_len;
+    pl.accumulate = accumulate;
     pl.boff = xmalloc((size_t)(nseg > 0 ? nseg : 1) * 2 * sizeof(int64_t));
     pl.blen = pl.boff + (nseg > 0 ? nseg : 1);
-    if (K <= 0) {
-        finish_all(1, M, N, NULL, beta, D, C);
-    } else {
-        pl.c_direct = c_writable_in_place(1, M, N, D, C);
-        core(&pl, 1, NULL, B, D, C);
-    }
+    pl.c_direct = 1;
+    core(&pl, 1, NULL, B, NULL, C);
     free(pl.boff);
 }
 

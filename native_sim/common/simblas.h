@@ -54,15 +54,16 @@ SIM_HIDDEN void simblas_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, flo
                              const simblas_mat *A, const simblas_mat *B, float beta,
                              const simblas_mat *D, const simblas_mat *C);
 
-/* C = A @ B + beta * D with A read in place from float32 memory: row i of A
- * is the concatenation of nseg runs, run s being seg_len[s] consecutive
- * floats at a + i * ars + seg_off[s] (the runs' lengths add up to K, in the
- * order of B's rows).  An implicit GEMM: a convolution reads its windows out
- * of a padded image this way, without an im2col copy.  C must not overlap
- * what A, B or D read. */
+/* C = A @ B (accumulate: C += A @ B) with A read in place from float32
+ * memory: row i of A is the concatenation of nseg runs, run s being
+ * seg_len[s] consecutive floats at a + i * ars + seg_off[s] (the runs'
+ * lengths add up to K, in the order of B's rows).  An implicit GEMM: a
+ * convolution reads its windows out of a padded image this way, without an
+ * im2col copy.  C is dense float32 rows (unit column stride, rows at least N
+ * apart) not overlapping what A or B read. */
 SIM_HIDDEN void simblas_gemm_segs(int64_t M, int64_t N, int64_t K, const float *a, int64_t ars, int nseg,
                                   const int64_t *seg_off, const int64_t *seg_len, const simblas_mat *B,
-                                  float beta, const simblas_mat *D, const simblas_mat *C);
+                                  int accumulate, const simblas_mat *C);
 
 /* C[i][j] = sum_k (A[i][k] - 128) * (B[k][j] - 128), exact in int32: uint8
  * operands with zero point 128 (x1's int8 GEMM), strides in elements, C not

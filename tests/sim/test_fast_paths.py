@@ -99,6 +99,37 @@ def test_conv2d_half_precision_rounds_once(chip):
     assert ((got.float() - ref.to(low).float()).abs() <= ulp * 1.01).all()
 
 
+@pytest.mark.parametrize("N,C,H,W,O,pad,groups", [(2, 64, 7, 9, 32, 1, 1), (1, 48, 6, 6, 64, 0, 1),
+                                                   (1, 96, 5, 8, 16, 2, 2), (3, 64, 2, 3, 8, 1, 1)])
+def test_conv2d_winograd_for_half_precision_3x3(chip, N, C, H, W, O, pad, groups):
+    """3x3, stride 1, 48+ channels per group, float16 (x1) / bfloat16 (th1):
+    Winograd's F(2x2, 3x3) in float32, then the one rounding; odd output
+    sizes leave partial 2x2 blocks, and the output is written through strides."""
+    low = torch.float16 if chip.kind == "x1" else torch.bfloat16
+    torch.manual_seed(C + O)
+    x = torch.randn(N, C, H, W).to(low)
+    w = (torch.randn(O, C // groups, 3, 3) / (C // groups * 9) ** 0.5).to(low)
+    b = torch.randn(O).to(low)
+    ref = F.conv2d(x.float(), w.float(), b.float(), 1, pad, 1, groups)
+    one, p2 = ints(chip, (1, 1)), ints(chip, (pad, pad))
+    if chip.kind == "x1":
+        od, get = out_view(chip, tuple(ref.permute(0, 2, 3, 1).shape), low, "strided")
+        ok(chip, chip.lib.x1_conv2d(chip.put(x.permute(0, 2, 3, 1).contiguous())[1],
+                                    chip.put(w.permute(0, 2, 3, 1).contiguous())[1], chip.put(b)[1], one, p2, one,
+                                    groups, od))
+        got = get().permute(0, 3, 1, 2).float()
+    else:
+        od, get = out_view(chip, tuple(ref.shape), low, "strided")
+        ok(chip, chip.lib.th1ConvolutionForward(chip.put(x)[1], chip.put(w)[1], chip.put(b)[1], one, p2, one, groups,
+                                                od))
+        got = get().float()
+    # one rounding of the low dtype (half its ulp, up to an ulp across a tie), on top of the
+    # float32 transforms' error, which is bounded by float32's epsilon times the sum of |terms|
+    scale = F.conv2d(x.float().abs(), w.float().abs(), b.float().abs(), 1, pad, 1, groups)
+    allowed = torch.finfo(low).eps * ref.abs() + 64 * torch.finfo(torch.float32).eps * scale
+    assert ((got - ref).abs() <= allowed).all(), ((got - ref).abs() - allowed).max()
+
+
 def test_conv2d_input_in_its_own_output(x1):
     """An output written over its own input reads the input first."""
     x = torch.randn(1, 4, 6, 6)
