@@ -2265,11 +2265,11 @@ static void conv_fill_planes(float *buf, const conv_planes *cp, const sim_view *
  * narrow dtype near ties. */
 #define WINO_CHUNK 256 /* output blocks per GEMM: V and M of a chunk stay in L2 */
 
-/* Below this many input channels per group the block products' K is too
- * short for the GEMM to run near its peak, and the transforms cost what the
- * saved multiplications save (measured with 8 images of 32x32: 16 -> 32 and
- * 32 -> 64 channels took 1.0-1.1x the direct convolution's time, 32 -> 32
- * 0.9x, 64 -> 64 0.7x) */
+/* From this many input channels per group on, F(2x2, 3x3) (below); with
+ * fewer, F(2, 3) along the rows (conv_winograd_rows), whose products have a
+ * K three times as long.  Measured with 8 images of 32x32, as times of the
+ * implicit GEMM's: F(2, 3) 0.80 at 16 -> 32 channels, 0.89 at 32 -> 64, 0.82
+ * at 64 -> 64; F(2x2, 3x3) 1.0-1.1 at 16 -> 32 and 32 -> 64, 0.69 at 64 -> 64. */
 #ifndef WINO_MIN_CG
 #define WINO_MIN_CG 48
 #endif
@@ -2277,7 +2277,6 @@ static void conv_fill_planes(float *buf, const conv_planes *cp, const sim_view *
 static int winograd_applies(const sim_view *w, const sim_view *out, const int64_t *stride, const int64_t *dilation,
                             int64_t OH, int64_t OW) {
     return (out->dtype == SIM_F16 || out->dtype == SIM_BF16) && w->shape[1] == 3 && w->shape[2] == 3 &&
-           w->shape[3] >= WINO_MIN_CG &&
            stride[0] == 1 && stride[1] == 1 && dilation[0] == 1 && dilation[1] == 1 && OH >= 2 && OW >= 2;
 }
 
@@ -2419,6 +2418,96 @@ static void conv_winograd(const sim_view *in, const float *wd, const float *bf, 
     free(Y);
 }
 
+/* With fewer channels, Winograd's F(2, 3) along the width only: a pair of
+ * output pixels (ow, ow+1) of one kernel row is A^T [(G g) . (B^T d)] over
+ * the 4 input pixels of that row, 4 products instead of 6.  B^T d depends
+ * only on the input row and the pair, so each padded input row is
+ * transformed once, into 4 planes of [rows][pairs][C]; the channel sums are
+ * then 4 implicit GEMMs (one per transformed position) whose K is the three
+ * kernel rows' channels, read as three runs a plane row apart, and whose
+ * rows are exactly the output pairs (no padding column among them). */
+static void conv_winograd_rows(const sim_view *in, const float *wd, const float *bf, const int64_t *padding,
+                               int64_t groups, int64_t OH, int64_t OW, const sim_view *out) {
+    const int64_t N = in->shape[0], H = in->shape[1], W = in->shape[2], C = in->shape[3];
+    const int64_t O = out->shape[3], Og = O / groups, Cg = C / groups;
+    const int64_t J = (OW + 1) / 2, Hp = OH + 2, Wb = 2 * J + 2;   /* pairs per row, padded rows and columns */
+    const int64_t plane = Hp * J * C, rows = OH * J;
+    /* U[xi][kh * Cg + c][o] = (G g[kh])[xi] per group, in double */
+    static const double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+    float *U = xmalloc((size_t)(4 * groups * 3 * Cg * Og) * sizeof(float));
+    for (int64_t o = 0; o < O; o++) {
+        const int64_t g = o / Og, oo = o % Og;
+        for (int64_t kh = 0; kh < 3; kh++)
+            for (int64_t c = 0; c < Cg; c++) {
+                const float *gk = wd + ((o * 3 + kh) * 3) * Cg + c;
+                for (int xi = 0; xi < 4; xi++)
+                    U[(((xi * groups + g) * 3 + kh) * Cg + c) * Og + oo] =
+                        (float)(G[xi][0] * gk[0] + G[xi][1] * gk[Cg] + G[xi][2] * gk[2 * Cg]);
+            }
+    }
+    float *img = xmalloc((size_t)(Hp * Wb * C) * sizeof(float)), *T = xmalloc((size_t)(4 * plane) * sizeof(float));
+    float *M = xmalloc((size_t)(4 * rows * O) * sizeof(float)), *Y = xmalloc((size_t)(OH * 2 * J * O) * sizeof(float));
+    const int64_t soff[3] = {0, J * C, 2 * J * C}, slen[3] = {Cg, Cg, Cg};
+    const int64_t oes = (int64_t)sim_dtype_size(out->dtype);
+    for (int64_t n = 0; n < N; n++) {
+        memset(img, 0, (size_t)(Hp * Wb * C) * sizeof(float));
+        sim_view src = *in, dst = *in;
+        src.ndim = dst.ndim = 3;
+        src.shape[0] = dst.shape[0] = H;
+        src.shape[1] = dst.shape[1] = W;
+        src.shape[2] = dst.shape[2] = C;
+        src.strides[0] = in->strides[1], src.strides[1] = in->strides[2], src.strides[2] = in->strides[3];
+        src.base = in->base + n * in->strides[0] * (int64_t)sim_dtype_size(in->dtype);
+        dst.dtype = SIM_F32;
+        dst.strides[0] = Wb * C, dst.strides[1] = C, dst.strides[2] = 1;
+        dst.base = (char *)(img + (padding[0] * Wb + padding[1]) * C);
+        copy_view(&src, &dst);
+        /* T[xi][r][j][c] = (B^T d)[xi], d the 4 pixels 2j .. 2j+3 of padded row r */
+        for (int64_t r = 0; r < Hp; r++)
+            for (int64_t j = 0; j < J; j++) {
+                const float *d = img + (r * Wb + 2 * j) * C;
+                float *t = T + (r * J + j) * C;
+                for (int64_t c = 0; c < C; c++) {
+                    const float d0 = d[c], d1 = d[C + c], d2 = d[2 * C + c], d3 = d[3 * C + c];
+                    t[c] = d0 - d2;
+                    t[plane + c] = d1 + d2;
+                    t[2 * plane + c] = d2 - d1;
+                    t[3 * plane + c] = d1 - d3;
+                }
+            }
+        /* M[xi][(oh, j)][o] = sum over kh, c of T[xi][oh + kh][j][c] U[xi][kh, c][o] */
+        for (int xi = 0; xi < 4; xi++)
+            for (int64_t g = 0; g < groups; g++) {
+                simblas_mat B = {U + ((xi * groups + g) * 3 * Cg) * Og, SIM_F32, Og, 1, 0};
+                simblas_mat Cm = {M + xi * rows * O + g * Og, SIM_F32, O, 1, 0};
+                simblas_gemm_segs(rows, Og, 3 * Cg, T + xi * plane + g * Cg, C, 3, soff, slen, &B, 0, &Cm);
+            }
+        /* y[2j] = m0 + m1 + m2, y[2j+1] = m1 - m2 - m3, plus the bias */
+        const int64_t ms = rows * O;
+        for (int64_t q = 0; q < rows; q++) {
+            const float *m = M + q * O;
+            float *y = Y + 2 * q * O;
+            for (int64_t o = 0; o < O; o++) {
+                const float b = bf ? bf[o] : 0.0f, m1 = m[ms + o], m2 = m[2 * ms + o];
+                y[o] = m[o] + m1 + m2 + b;
+                y[O + o] = m1 - m2 - m[3 * ms + o] + b;
+            }
+        }
+        sim_view ys = *out, yd = *out;
+        ys.base = (char *)Y;
+        ys.dtype = SIM_F32;
+        ys.shape[0] = yd.shape[0] = 1;
+        ys.strides[0] = 0, ys.strides[1] = 2 * J * O, ys.strides[2] = O, ys.strides[3] = 1;
+        yd.base = out->base + n * out->strides[0] * oes;
+        copy_view(&ys, &yd);
+    }
+    free(U);
+    free(img);
+    free(T);
+    free(M);
+    free(Y);
+}
+
 sim_status simk_conv2d_nhwc(const char *fn, const char *kernel, const sim_view *in, const sim_view *w,
                             const sim_view *bias, const int64_t *stride, const int64_t *padding,
                             const int64_t *dilation, int64_t groups, const sim_view *out) {
@@ -2456,7 +2545,8 @@ sim_status simk_conv2d_nhwc(const char *fn, const char *kernel, const sim_view *
         for (int64_t k = 0; k < KK; k++) wt[k * O + o] = wd[o * KK + k];
     if (bias->present) bf = gather_or_die(bias);
     if (winograd_applies(w, out, stride, dilation, OH, OW)) {
-        conv_winograd(in, wd, bf, padding, groups, OH, OW, out);
+        if (Cg >= WINO_MIN_CG) conv_winograd(in, wd, bf, padding, groups, OH, OW, out);
+        else conv_winograd_rows(in, wd, bf, padding, groups, OH, OW, out);
         sim_corrupt_output(out); /* debug mode only (X1SIM_CORRUPT / TH1SIM_CORRUPT) */
         free(wt);
         free(wd);

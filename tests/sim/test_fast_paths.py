@@ -100,11 +100,14 @@ def test_conv2d_half_precision_rounds_once(chip):
 
 
 @pytest.mark.parametrize("N,C,H,W,O,pad,groups", [(2, 64, 7, 9, 32, 1, 1), (1, 48, 6, 6, 64, 0, 1),
-                                                   (1, 96, 5, 8, 16, 2, 2), (3, 64, 2, 3, 8, 1, 1)])
+                                                   (1, 96, 5, 8, 16, 2, 2), (3, 64, 2, 3, 8, 1, 1),
+                                                   (2, 16, 6, 7, 32, 1, 1), (1, 32, 5, 4, 8, 2, 2),
+                                                   (1, 3, 4, 5, 5, 0, 1)])
 def test_conv2d_winograd_for_half_precision_3x3(chip, N, C, H, W, O, pad, groups):
-    """3x3, stride 1, 48+ channels per group, float16 (x1) / bfloat16 (th1):
-    Winograd's F(2x2, 3x3) in float32, then the one rounding; odd output
-    sizes leave partial 2x2 blocks, and the output is written through strides."""
+    """3x3, stride 1, float16 (x1) / bfloat16 (th1): Winograd in float32, then
+    the one rounding: F(2x2, 3x3) with 48+ channels per group, F(2, 3) along
+    the rows with fewer; odd output sizes leave partial blocks, and the output
+    is written through strides."""
     low = torch.float16 if chip.kind == "x1" else torch.bfloat16
     torch.manual_seed(C + O)
     x = torch.randn(N, C, H, W).to(low)
