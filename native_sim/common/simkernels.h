@@ -286,6 +286,21 @@ SIM_HIDDEN sim_status sim_rng_random(const char *fn, const char *kernel, const s
 SIM_HIDDEN sim_status sim_rng_dropout(const char *fn, const char *kernel, const sim_view *in, double p, int train,
                                       uint64_t seed, uint64_t offset, const sim_view *out, const sim_view *mask);
 
+/* PyTorch's _fused_adam_ / _fused_adamw_ (decoupled) and _fused_sgd_ over n
+ * parameters (lists of n views; max_exp_avg_sqs only with amsgrad, bufs only
+ * with momentum): each element in float, the bias corrections in double; a
+ * grad_scale divides the gradients (written back), found_inf == 1 skips. */
+SIM_HIDDEN sim_status simk_fused_adam(const char *fn, const char *kernel, const sim_view *params, const sim_view *grads,
+                                      const sim_view *exp_avgs, const sim_view *exp_avg_sqs,
+                                      const sim_view *max_exp_avg_sqs, const sim_view *steps, int n, double lr,
+                                      double beta1, double beta2, double weight_decay, double eps, int amsgrad,
+                                      int maximize, int decoupled, const sim_view *grad_scale,
+                                      const sim_view *found_inf);
+SIM_HIDDEN sim_status simk_fused_sgd(const char *fn, const char *kernel, const sim_view *params, const sim_view *grads,
+                                     const sim_view *bufs, int n, double weight_decay, double momentum, double lr,
+                                     double dampening, int nesterov, int maximize, int is_first_step,
+                                     const sim_view *grad_scale, const sim_view *found_inf);
+
 /* helpers for the other kernel files */
 SIM_HIDDEN void simk_copy_view(const sim_view *src, const sim_view *dst); /* with conversion; any overlap */
 SIM_HIDDEN int simk_views_overlap(const sim_view *a, const sim_view *b);

@@ -367,6 +367,18 @@ static void selection_kernels(void) {
     CHECK(scale == 2048.0f);
     th1TensorDesc_t *grads[1] = {&to};
     CHECK(th1AmpUnscale(grads, 1, &tfi, &tinv) == TH1_SUCCESS);
+    float fp[2] = {1.0f, 1.0f}, fg[2] = {0.5f, -0.5f}, fz[2] = {0, 0}, fstep = 1.0f;
+    th1DevPtr_t pfp = put(fp, 8), pfg = put(fg, 8), pfm = put(fz, 8), pfv = put(fz, 8), pfs = put(&fstep, 4);
+    th1TensorDesc_t tfp = desc(pfp, 1, s2, F), tfg = desc(pfg, 1, s2, F), tfm = desc(pfm, 1, s2, F),
+                    tfv = desc(pfv, 1, s2, F), tfs = desc(pfs, 0, s2, F);
+    th1TensorDesc_t *lp[1] = {&tfp}, *lg[1] = {&tfg}, *lm[1] = {&tfm}, *lv[1] = {&tfv};
+    const th1TensorDesc_t *ls[1] = {&tfs};
+    CHECK(th1FusedAdam(lp, lg, lm, lv, NULL, ls, 1, 0.1, 0.9, 0.999, 0.0, 1e-8, TH1_ADAM_DECOUPLED, NULL, NULL) ==
+          TH1_SUCCESS);
+    get(fp, pfp, 8);
+    CHECK(fabsf(fp[0] - 0.9f) < 1e-6f && fabsf(fp[1] - 1.1f) < 1e-6f);
+    CHECK(th1FusedSgd(lp, lg, lm, 1, 0.0, 0.9, 0.1, 0.0, TH1_SGD_FIRST_STEP, NULL, NULL) == TH1_SUCCESS);
+    th1MemFree(pfp), th1MemFree(pfg), th1MemFree(pfm), th1MemFree(pfv), th1MemFree(pfs);
     unsigned long long words = 0;
     CHECK(th1RngWords(5, 1, &words) == TH1_SUCCESS && words == 8);
     CHECK(th1RngRandom(&tio, 0, (int64_t)1 << 31, 0, 0) == TH1_SUCCESS);   /* x1's words: the same stream */

@@ -355,6 +355,22 @@ static void selection_kernels(void) {
     get(&inf0, pfi, 4);
     get(nan_in, pn, 8);
     CHECK(inf0 == 1.0f && nan_in[0] == 1.0f);
+    /* fused optimizers: one parameter, then one Adam step of (2, 1, 0.5, 0.25) over a zero state */
+    float fp[2] = {1.0f, 1.0f}, fg[2] = {0.5f, -0.5f}, fz[4] = {0, 0, 0, 0}, fstep = 1.0f;
+    x1_devptr_t pfp = put(fp, 8), pfg = put(fg, 8), pfm = put(fz, 8), pfv = put(fz, 8), pfs = put(&fstep, 4);
+    int64_t s2b[1] = {2};
+    x1_tensor_t tfp = desc(pfp, 1, s2b, F), tfg = desc(pfg, 1, s2b, F), tfm = desc(pfm, 1, s2b, F),
+                tfv = desc(pfv, 1, s2b, F), tfs = desc(pfs, 0, s2b, F);
+    x1_tensor_t *lp[1] = {&tfp}, *lg[1] = {&tfg}, *lm[1] = {&tfm}, *lv[1] = {&tfv};
+    const x1_tensor_t *ls[1] = {&tfs};
+    CHECK(x1_fused_adam(lp, lg, lm, lv, NULL, ls, 1, 0.1, 0.9, 0.999, 0.0, 1e-8, false, false, true, NULL, NULL) ==
+          X1_SUCCESS);
+    get(fp, pfp, 8);
+    CHECK(fabsf(fp[0] - 0.9f) < 1e-6f && fabsf(fp[1] - 1.1f) < 1e-6f);   /* the first step moves by lr */
+    CHECK(x1_fused_sgd(lp, lg, lm, 1, 0.0, 0.9, 0.1, 0.0, true, false, true, NULL, NULL) == X1_SUCCESS);
+    CHECK(x1_fused_adam(lp, lg, lm, lv, NULL, ls, 1, 0.1, 0.9, 0.999, 0.0, 1e-8, true, false, true, NULL, NULL) ==
+          X1_ERR_INVALID_VALUE);                                                /* amsgrad without its list */
+    x1_free(pfp), x1_free(pfg), x1_free(pfm), x1_free(pfv), x1_free(pfs);
     /* random numbers: the Philox4x32-10 known answer, then each kernel */
     uint32_t ctr[4] = {0, 0, 0, 0}, key[2] = {0, 0}, out4[4];
     sim_philox4x32_10(ctr, key, out4);

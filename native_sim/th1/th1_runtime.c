@@ -1171,6 +1171,75 @@ TH1API th1Result_t th1AmpUnscale(th1TensorDesc_t *const *grads, int numGrads, th
     return code(st);
 }
 
+/* ---------------------------------------------------- fused optimizers */
+
+static sim_status list_views(const char *fn, const char *name, const th1TensorDesc_t *const *list, int n,
+                             sim_view **out) {
+    *out = NULL;
+    if (!list) return SIM_OK;
+    sim_view *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    if (!v) abort();
+    for (int i = 0; i < n; i++) {
+        char what[48];
+        snprintf(what, sizeof what, "%s[%d]", name, i);
+        sim_status st = view_of(list[i], &v[i], fn, what, 0);
+        if (st) {
+            free(v);
+            return st;
+        }
+    }
+    *out = v;
+    return SIM_OK;
+}
+
+TH1API th1Result_t th1FusedAdam(th1TensorDesc_t *const *params, th1TensorDesc_t *const *grads,
+                                th1TensorDesc_t *const *expAvgs, th1TensorDesc_t *const *expAvgSqs,
+                                th1TensorDesc_t *const *maxExpAvgSqs, const th1TensorDesc_t *const *steps,
+                                int numTensors, double lr, double beta1, double beta2, double weightDecay, double eps,
+                                int flags, const th1TensorDesc_t *gradScale, const th1TensorDesc_t *foundInf) {
+    const char *fn = "th1FusedAdam";
+    const int ams = (flags & TH1_ADAM_AMSGRAD) != 0;
+    sim_view *p = NULL, *g = NULL, *m = NULL, *s = NULL, *mx = NULL, *st = NULL, gsv, fiv;
+    sim_status rc;
+    if ((rc = sim_require_init(fn))) return code(rc);
+    if (numTensors < 0 || !params || !grads || !expAvgs || !expAvgSqs || !steps || (ams && !maxExpAvgSqs))
+        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "every list is required (maxExpAvgSqs with TH1_ADAM_AMSGRAD)"));
+    if (!(rc = view_of(gradScale, &gsv, fn, "gradScale", 1)) && !(rc = view_of(foundInf, &fiv, fn, "foundInf", 1)) &&
+        !(rc = list_views(fn, "params", (const th1TensorDesc_t *const *)params, numTensors, &p)) &&
+        !(rc = list_views(fn, "grads", (const th1TensorDesc_t *const *)grads, numTensors, &g)) &&
+        !(rc = list_views(fn, "expAvgs", (const th1TensorDesc_t *const *)expAvgs, numTensors, &m)) &&
+        !(rc = list_views(fn, "expAvgSqs", (const th1TensorDesc_t *const *)expAvgSqs, numTensors, &s)) &&
+        !(rc = list_views(fn, "maxExpAvgSqs", ams ? (const th1TensorDesc_t *const *)maxExpAvgSqs : NULL, numTensors,
+                          &mx)) &&
+        !(rc = list_views(fn, "steps", steps, numTensors, &st)))
+        rc = simk_fused_adam(fn, (flags & TH1_ADAM_DECOUPLED) ? "fused_adamw" : "fused_adam", p, g, m, s, mx, st,
+                             numTensors, lr, beta1, beta2, weightDecay, eps, ams, (flags & TH1_ADAM_MAXIMIZE) != 0,
+                             (flags & TH1_ADAM_DECOUPLED) != 0, &gsv, &fiv);
+    free(p), free(g), free(m), free(s), free(mx), free(st);
+    return code(rc);
+}
+
+TH1API th1Result_t th1FusedSgd(th1TensorDesc_t *const *params, th1TensorDesc_t *const *grads,
+                               th1TensorDesc_t *const *momentumBuffers, int numTensors, double weightDecay,
+                               double momentum, double lr, double dampening, int flags,
+                               const th1TensorDesc_t *gradScale, const th1TensorDesc_t *foundInf) {
+    const char *fn = "th1FusedSgd";
+    sim_view *p = NULL, *g = NULL, *b = NULL, gsv, fiv;
+    sim_status rc;
+    if ((rc = sim_require_init(fn))) return code(rc);
+    if (numTensors < 0 || !params || !grads)
+        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "params and grads are required"));
+    if (!(rc = view_of(gradScale, &gsv, fn, "gradScale", 1)) && !(rc = view_of(foundInf, &fiv, fn, "foundInf", 1)) &&
+        !(rc = list_views(fn, "params", (const th1TensorDesc_t *const *)params, numTensors, &p)) &&
+        !(rc = list_views(fn, "grads", (const th1TensorDesc_t *const *)grads, numTensors, &g)) &&
+        !(rc = list_views(fn, "momentumBuffers", (const th1TensorDesc_t *const *)momentumBuffers, numTensors, &b)))
+        rc = simk_fused_sgd(fn, "fused_sgd", p, g, b, numTensors, weightDecay, momentum, lr, dampening,
+                            (flags & TH1_SGD_NESTEROV) != 0, (flags & TH1_SGD_MAXIMIZE) != 0,
+                            (flags & TH1_SGD_FIRST_STEP) != 0, &gsv, &fiv);
+    free(p), free(g), free(b);
+    return code(rc);
+}
+
 /* -------------------------------------------------------- random numbers */
 
 TH1API th1Result_t th1RngWords(int64_t numElements, int wordsPerElement, unsigned long long *words) {

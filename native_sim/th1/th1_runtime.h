@@ -387,6 +387,28 @@ TH1API th1Result_t th1AmpUpdateScale(const th1TensorDesc_t* scale, th1TensorDesc
 TH1API th1Result_t th1AmpUnscale(th1TensorDesc_t* const* grads, int numGrads, th1TensorDesc_t* foundInf,
                                  const th1TensorDesc_t* invScale);
 
+/* ---- fused optimizers (PyTorch's _fused_adam_, _fused_adamw_, _fused_sgd_) over
+ * numTensors parameters, the lists written in place; maxExpAvgSqs only with
+ * TH1_ADAM_AMSGRAD, momentumBuffers only with a momentum (else NULL); steps
+ * one float32 element each (already incremented); gradScale, foundInf NULL
+ * or one float32 element (gradients divided and written back; foundInf == 1
+ * skips).  float32 and bfloat16. */
+#define TH1_ADAM_AMSGRAD 1
+#define TH1_ADAM_MAXIMIZE 2
+#define TH1_ADAM_DECOUPLED 4 /* AdamW */
+TH1API th1Result_t th1FusedAdam(th1TensorDesc_t* const* params, th1TensorDesc_t* const* grads,
+                                th1TensorDesc_t* const* expAvgs, th1TensorDesc_t* const* expAvgSqs,
+                                th1TensorDesc_t* const* maxExpAvgSqs, const th1TensorDesc_t* const* steps,
+                                int numTensors, double lr, double beta1, double beta2, double weightDecay, double eps,
+                                int flags, const th1TensorDesc_t* gradScale, const th1TensorDesc_t* foundInf);
+#define TH1_SGD_NESTEROV 1
+#define TH1_SGD_MAXIMIZE 2
+#define TH1_SGD_FIRST_STEP 4
+TH1API th1Result_t th1FusedSgd(th1TensorDesc_t* const* params, th1TensorDesc_t* const* grads,
+                               th1TensorDesc_t* const* momentumBuffers, int numTensors, double weightDecay,
+                               double momentum, double lr, double dampening, int flags,
+                               const th1TensorDesc_t* gradScale, const th1TensorDesc_t* foundInf);
+
 /* ---- random numbers: counter-based Philox4x32-10 (as PyTorch's CUDA generator).
  * No state on the device: each call reads the words of the stream `seed` from
  * word `offset` (a multiple of 4) and consumes th1RngWords(n, w) =

@@ -1296,6 +1296,76 @@ X1_API x1_status_t x1_amp_unscale(x1_tensor_t *const *grads, int32_t grads_len, 
     return code(st);
 }
 
+/* ---------------------------------------------------- fused optimizers */
+
+/* n views of a descriptor list (NULL list: *out NULL); *out to free */
+static sim_status list_views(const char *fn, const char *name, const x1_tensor_t *const *list, int32_t n,
+                             sim_view **out) {
+    *out = NULL;
+    if (!list) return SIM_OK;
+    sim_view *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    if (!v) abort();
+    for (int32_t i = 0; i < n; i++) {
+        char what[48];
+        snprintf(what, sizeof what, "%s[%d]", name, (int)i);
+        sim_status st = view_of(list[i], &v[i], fn, what, 0);
+        if (st) {
+            free(v);
+            return st;
+        }
+    }
+    *out = v;
+    return SIM_OK;
+}
+
+X1_API x1_status_t x1_fused_adam(x1_tensor_t *const *params, x1_tensor_t *const *grads, x1_tensor_t *const *exp_avgs,
+                                 x1_tensor_t *const *exp_avg_sqs, x1_tensor_t *const *max_exp_avg_sqs,
+                                 const x1_tensor_t *const *state_steps, int32_t params_len, double lr, double beta1,
+                                 double beta2, double weight_decay, double eps, bool amsgrad, bool maximize,
+                                 bool decoupled_weight_decay, const x1_tensor_t *grad_scale,
+                                 const x1_tensor_t *found_inf) {
+    const char *fn = "x1_fused_adam";
+    sim_view *p = NULL, *g = NULL, *m = NULL, *s = NULL, *mx = NULL, *st = NULL, gsv, fiv;
+    sim_status rc;
+    if ((rc = sim_require_init(fn))) return code(rc);
+    if (params_len < 0 || !params || !grads || !exp_avgs || !exp_avg_sqs || !state_steps ||
+        (amsgrad && !max_exp_avg_sqs))
+        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "every list is required (max_exp_avg_sqs with amsgrad)"));
+    if (!(rc = view_of(grad_scale, &gsv, fn, "grad_scale", 1)) && !(rc = view_of(found_inf, &fiv, fn, "found_inf", 1)) &&
+        !(rc = list_views(fn, "params", (const x1_tensor_t *const *)params, params_len, &p)) &&
+        !(rc = list_views(fn, "grads", (const x1_tensor_t *const *)grads, params_len, &g)) &&
+        !(rc = list_views(fn, "exp_avgs", (const x1_tensor_t *const *)exp_avgs, params_len, &m)) &&
+        !(rc = list_views(fn, "exp_avg_sqs", (const x1_tensor_t *const *)exp_avg_sqs, params_len, &s)) &&
+        !(rc = list_views(fn, "max_exp_avg_sqs", amsgrad ? (const x1_tensor_t *const *)max_exp_avg_sqs : NULL,
+                          params_len, &mx)) &&
+        !(rc = list_views(fn, "state_steps", state_steps, params_len, &st)))
+        rc = simk_fused_adam(fn, decoupled_weight_decay ? "fused_adamw" : "fused_adam", p, g, m, s, mx, st,
+                             params_len, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize,
+                             decoupled_weight_decay, &gsv, &fiv);
+    free(p), free(g), free(m), free(s), free(mx), free(st);
+    return code(rc);
+}
+
+X1_API x1_status_t x1_fused_sgd(x1_tensor_t *const *params, x1_tensor_t *const *grads,
+                                x1_tensor_t *const *momentum_buffers, int32_t params_len, double weight_decay,
+                                double momentum, double lr, double dampening, bool nesterov, bool maximize,
+                                bool is_first_step, const x1_tensor_t *grad_scale, const x1_tensor_t *found_inf) {
+    const char *fn = "x1_fused_sgd";
+    sim_view *p = NULL, *g = NULL, *b = NULL, gsv, fiv;
+    sim_status rc;
+    if ((rc = sim_require_init(fn))) return code(rc);
+    if (params_len < 0 || !params || !grads)
+        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "params and grads are required"));
+    if (!(rc = view_of(grad_scale, &gsv, fn, "grad_scale", 1)) && !(rc = view_of(found_inf, &fiv, fn, "found_inf", 1)) &&
+        !(rc = list_views(fn, "params", (const x1_tensor_t *const *)params, params_len, &p)) &&
+        !(rc = list_views(fn, "grads", (const x1_tensor_t *const *)grads, params_len, &g)) &&
+        !(rc = list_views(fn, "momentum_buffers", (const x1_tensor_t *const *)momentum_buffers, params_len, &b)))
+        rc = simk_fused_sgd(fn, "fused_sgd", p, g, b, params_len, weight_decay, momentum, lr, dampening, nesterov,
+                            maximize, is_first_step, &gsv, &fiv);
+    free(p), free(g), free(b);
+    return code(rc);
+}
+
 /* -------------------------------------------------------- random numbers */
 
 X1_API x1_status_t x1_rng_words(int64_t numel, int32_t words_per_element, uint64_t *words) {

@@ -403,6 +403,24 @@ X1_API x1_status_t x1_amp_update_scale(const x1_tensor_t *self, x1_tensor_t *gro
 X1_API x1_status_t x1_amp_unscale(x1_tensor_t *const *grads, int32_t grads_len, x1_tensor_t *found_inf,
                                   const x1_tensor_t *inv_scale);
 
+/* ---- fused optimizers: PyTorch's _fused_adam_ / _fused_adamw_
+ * (decoupled_weight_decay) and _fused_sgd_ over params_len parameters, every
+ * list written in place; max_exp_avg_sqs NULL without amsgrad,
+ * momentum_buffers NULL without momentum; state_steps one float32 element
+ * each (already incremented); grad_scale and found_inf NULL or one float32
+ * element (the gradients are divided by grad_scale and written back;
+ * found_inf == 1 skips the step).  float32 and float16 tensors. */
+X1_API x1_status_t x1_fused_adam(x1_tensor_t *const *params, x1_tensor_t *const *grads, x1_tensor_t *const *exp_avgs,
+                                 x1_tensor_t *const *exp_avg_sqs, x1_tensor_t *const *max_exp_avg_sqs,
+                                 const x1_tensor_t *const *state_steps, int32_t params_len, double lr, double beta1,
+                                 double beta2, double weight_decay, double eps, bool amsgrad, bool maximize,
+                                 bool decoupled_weight_decay, const x1_tensor_t *grad_scale,
+                                 const x1_tensor_t *found_inf);
+X1_API x1_status_t x1_fused_sgd(x1_tensor_t *const *params, x1_tensor_t *const *grads,
+                                x1_tensor_t *const *momentum_buffers, int32_t params_len, double weight_decay,
+                                double momentum, double lr, double dampening, bool nesterov, bool maximize,
+                                bool is_first_step, const x1_tensor_t *grad_scale, const x1_tensor_t *found_inf);
+
 /* ---- random numbers: counter-based (Philox4x32-10, the engine of PyTorch's
  * CUDA generator).  The NPU keeps no generator state: each call is given the
  * caller's seed and offset, reads the words of the stream `seed` from word
