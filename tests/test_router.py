@@ -505,3 +505,16 @@ def test_python_op_specific_fallback_and_error_policy(tmp_path):
     assert "cumsum 0.0" in r.stdout
     assert "ERR Op 'aten::cummax.default' not supported on device 'xpu:edge'" in r.stdout
     assert "fallback_policy.default is 'error'" in r.stdout
+
+
+@pytest.mark.parametrize("op", ["eq", "ne", "lt", "le", "gt", "ge"])
+def test_integer_tensors_against_cpu_float_scalars_compare_as_pytorch_promotes(anychip, op):
+    # a 0-dim CPU tensor of a higher kind promotes the comparison (int64 vs 2.5 compares in float):
+    # the chip must not truncate the scalar to the tensor's dtype
+    t = torch.tensor([1, 2, 3, -1])
+    for s in (torch.tensor(2.5), torch.tensor(2.0), torch.tensor(-0.5), torch.tensor(2), 2.5, 2):
+        want = getattr(torch, op)(t, s)
+        got = getattr(torch, op)(t.to(anychip), s).cpu()
+        assert torch.equal(got, want), (op, s)
+    b = torch.tensor([True, False])
+    assert torch.equal(getattr(torch, op)(b.to(anychip), torch.tensor(1)).cpu(), getattr(torch, op)(b, torch.tensor(1)))
