@@ -10,7 +10,7 @@ import torch
 from .. import graphs as _graphs
 from ..devices import chip_for, current_device, lazy_init, set_current_index, set_device
 from ..devices import table as devices
-from ..routing import FlGenerator, counter_based, default_generator
+from ..routing import FlGenerator, counter_based, default_generator, seed_later
 from . import streams as _streams
 
 
@@ -232,9 +232,13 @@ class FlModule(types.ModuleType):
     def manual_seed(seed: int) -> None:
         if devices.device_count():
             _gen(None).manual_seed(int(seed))
+        else:                       # before the first use: applied at initialization, as torch.cuda does
+            seed_later("current", seed)
 
     @staticmethod
     def manual_seed_all(seed: int) -> None:
+        if not devices.device_count():
+            seed_later("all", seed)
         for c in devices.chips():
             default_generator(c).manual_seed(int(seed))
 

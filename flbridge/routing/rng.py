@@ -192,10 +192,34 @@ def counter_based(chip) -> bool:
     return spec is not None and "rng_words" in spec.runtime.roles
 
 
+# seeds asked for before the chips existed (torch.fl.manual_seed before the
+# first use of a device), applied in order once they do: torch.cuda's _lazy_call
+_PENDING: list = []
+
+
+def seed_later(target, seed: int) -> None:
+    """Remembers manual_seed (target "current") / manual_seed_all ("all")
+    called before initialization."""
+    _PENDING.append((target, _seed_value(seed)))
+
+
+def _apply_pending() -> None:
+    from ..devices import table
+    pending = list(_PENDING)
+    _PENDING.clear()
+    chips = table.usable_chips()
+    for target, seed in pending:
+        for c in chips:
+            if target == "all" or c.index == current_device():
+                default_generator(c).manual_seed(seed)
+
+
 def default_generator(chip):
     """The chip's generator: an FlGenerator for a counter-based chip (made
     from the CPU generator the chip started with, keeping its seed), else
     that CPU torch.Generator."""
+    if _PENDING:
+        _apply_pending()
     g = chip.generator
     if type(g) is FlGenerator or not counter_based(chip):
         return g
