@@ -320,20 +320,6 @@ def test_multinomial_follows_the_probabilities(rngchip):
     _no_cpu(rngchip)
 
 
-def test_full_max_min_equal_the_cpu(rngchip):
-    x = torch.randn(5, 7)
-    x[2, 3] = 9.0
-    for t in (x, x.t(), x.to(torch.int64)):
-        d = t.to(rngchip)
-        assert torch.equal(d.max().cpu(), t.max()) and torch.equal(d.min().cpu(), t.min())
-    n = x.clone()
-    n[1, 1] = float("nan")
-    assert n.to(rngchip).max().cpu().isnan()
-    _no_cpu(rngchip)
-    with pytest.raises(RuntimeError, match="numel\\(\\) == 0"):     # PyTorch's error
-        torch.empty(0, device=rngchip).max()
-
-
 # ------------------------------------------------------------- graphs
 
 def test_graph_replays_draw_new_numbers_like_eager_runs_at_the_next_offsets(th1):

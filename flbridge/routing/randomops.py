@@ -13,9 +13,12 @@ distribution as ATen's CPU kernel does; `bernoulli(p tensor)` is u < p.
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 
 aten = torch.ops.aten
+_NESTED = threading.local()
 
 
 def _like(self, dtype, layout, device, pin_memory, memory_format):
@@ -134,3 +137,66 @@ RANDOM = {
     aten.max.default: _full_reduction("max", torch.max),
     aten.min.default: _full_reduction("min", torch.min),
 }
+
+
+def _index_with_nones(self, indices):
+    """self[..., idx, ...]: index.Tensor with None entries (x[:, ids], as
+    generate()'s logits processors write) as one index_select: the indexed
+    dims are moved to the front and flattened, the index tensors combined
+    into one linear index (negative ones wrapped as ATen does), and the
+    result's dims put where ATen puts them (at the first indexed dim when
+    the index tensors are adjacent, else in front).  Bool masks take their
+    own route (their size depends on the data)."""
+    if getattr(_NESTED, "index", False):
+        # reached again from inside: the kernels refused the data (an index out
+        # of range fails index_select, whose torch._refs form indexes): PyTorch's
+        # own kernel on the host gives its answer (its IndexError)
+        return aten.index.Tensor(self.cpu(), [None if t is None else t.cpu() for t in indices]).to(self.device)
+    _NESTED.index = True
+    try:
+        return _index_on_the_chip(self, indices)
+    finally:
+        _NESTED.index = False
+
+
+def _index_on_the_chip(self, indices):
+    indices = list(indices)
+    while indices and indices[-1] is None:
+        indices.pop()
+    pos = [i for i, t in enumerate(indices) if t is not None]
+    if not pos or any(indices[i].dtype in (torch.bool, torch.uint8) for i in pos):
+        raise NotImplementedError("index.Tensor without index tensors, or with a mask")
+    sizes = [self.shape[i] for i in pos]
+    lin = None
+    for i, n in zip(pos, sizes):
+        t = indices[i].to(device=self.device, dtype=torch.int64)    # a CPU index is uploaded, as CUDA's is
+        t = t + (t < 0).to(torch.int64) * n
+        lin = t if lin is None else lin * n + t
+    rest = [self.shape[d] for d in range(self.dim()) if d not in pos]
+    moved = self.movedim(pos, list(range(len(pos)))).reshape([-1] + rest)
+    bshape = list(lin.shape)
+    out = moved.index_select(0, lin.reshape(-1)).reshape(bshape + rest)
+    adjacent = pos == list(range(pos[0], pos[0] + len(pos)))
+    if not adjacent or pos[0] == 0:
+        return out
+    nb = len(bshape)
+    return out.movedim(list(range(nb)), list(range(pos[0], pos[0] + nb)))
+
+
+def _sort(self, dim=-1, descending=False):
+    """sort through top-k of every element: the kernel orders ties by
+    position (a stable sort) and NaN as the largest (ATen's sort order)."""
+    if self.dim() == 0:
+        return self.clone(), torch.zeros_like(self, dtype=torch.int64)
+    return torch.topk(self, self.shape[dim], dim, largest=descending, sorted=True)
+
+
+def _sort_stable(self, *, stable=None, dim=-1, descending=False):
+    return _sort(self, dim, descending)
+
+
+RANDOM.update({
+    aten.index.Tensor: _index_with_nones,
+    aten.sort.default: _sort,
+    aten.sort.stable: _sort_stable,
+})
