@@ -232,6 +232,24 @@ def test_an_fl_generator_object_draws_its_own_stream(rngchip):
     _no_cpu(rngchip)
 
 
+def test_a_cpu_generator_or_another_chips_draws_on_the_host_from_it(rngchip, flchips):
+    """A CPU torch.Generator gives the CPU's numbers (the op runs on the host
+    from it); another chip's fl generator is not this chip's stream."""
+    cpu_vals = torch.empty(32).uniform_(generator=torch.Generator().manual_seed(8))
+    got = torch.empty(32, device=rngchip).uniform_(generator=torch.Generator().manual_seed(8)).cpu()
+    assert torch.equal(got, cpu_vals)
+    assert routes(rngchip).get(("aten::uniform_.default", "cpu")) == 1
+    other = next(c.device for c in flchips.values() if c.device != rngchip)
+    g = torch.fl.Generator(other)
+    g.manual_seed(9)
+    off = g.get_offset()
+    torch.empty(32, device=rngchip).uniform_(generator=g)
+    assert g.get_offset() == off + 4          # one host draw from its (seed, offset)
+    why = [r["detail"] for r in flbridge.stats(rngchip)["routes"] if r["op"] == "aten::uniform_.default"
+           and r["route"] == "cpu"]
+    assert any("generator= is" in w for w in why), why
+
+
 def test_a_random_op_without_a_kernel_replays_with_the_state(rngchip):
     """randperm runs on the host, seeded from the chip's (seed, offset)."""
     torch.fl.manual_seed(31)

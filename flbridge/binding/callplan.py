@@ -45,6 +45,7 @@ EXPR, RNG_SEED, RNG_OFFSET = range(11, 14)
 
 _LEN = re.compile(r"^len\((\w+)\)$")
 _NAME = re.compile(r"^\s*\w+\s*$")
+_LEN_IN = re.compile(r"\blen\(\s*(\w+)\s*\)")
 
 
 class Missing(Exception):
@@ -84,11 +85,19 @@ class ArgExpr:
 
 def compile_expr(text: str, opi, header, where: str) -> ArgExpr:
     """Checks `text` (its syntax, every name an argument of the op an
-    expression can use, or a constant of the header) once, at bind time."""
+    expression can use, or a constant of the header) once, at bind time.
+    `len(x)` of a tensor list is its length (as the list's name alone)."""
+    given = text
+    for m in _LEN_IN.finditer(given):
+        a = opi.by_name.get(m.group(1))
+        if a is None or a.kind != "tensor[]":
+            raise BindError(f"{where}: {given!r}: len() takes a tensor list argument of {opi.qualname}, "
+                            f"not '{m.group(1)}'")
+    text = _LEN_IN.sub(r"\1", given)
     try:
         toks = tokenize(text)
     except CExprError as e:
-        raise BindError(f"{where}: {text!r} is not an expression: {e}") from None
+        raise BindError(f"{where}: {given!r} is not an expression: {e}") from None
     args, consts = {}, {}
     for kind, val in toks:
         if kind != "ident" or val in args or val in consts:
@@ -96,24 +105,24 @@ def compile_expr(text: str, opi, header, where: str) -> ArgExpr:
         a = opi.by_name.get(val)
         if a is not None:
             if a.kind not in EXPR_KINDS:
-                raise BindError(f"{where}: {text!r} names '{val}', a {a.kind} argument of {opi.qualname} "
+                raise BindError(f"{where}: {given!r} names '{val}', a {a.kind} argument of {opi.qualname} "
                                 f"(an expression takes numbers, bools and the lengths of tensor lists)")
             args[val] = a.index
             continue
         c = header.constant(val) if header is not None else None
         if c is None:
             names = ", ".join(a.name for a in opi.args if a.kind in EXPR_KINDS)
-            raise BindError(f"{where}: {text!r} names '{val}', which is neither an argument of {opi.qualname} "
+            raise BindError(f"{where}: {given!r} names '{val}', which is neither an argument of {opi.qualname} "
                             f"({names or 'it has none an expression can use'}) nor a constant of the header")
         consts[val] = c
     try:
         evaluate(text, lambda name: consts.get(name, 1))
     except NotConstant as e:
-        raise BindError(f"{where}: {text!r}: {e}") from None
+        raise BindError(f"{where}: {given!r}: {e}") from None
     except CExprError as e:
         msg = str(e)
         if "division by zero" not in msg and "shift" not in msg:   # fine for other values
-            raise BindError(f"{where}: {text!r} is not an expression: {msg}") from None
+            raise BindError(f"{where}: {given!r} is not an expression: {msg}") from None
     return ArgExpr(text, tuple(args.items()), tuple(consts.items()))
 
 
