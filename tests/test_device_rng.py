@@ -380,3 +380,41 @@ def test_graph_replays_draw_new_numbers_like_eager_runs_at_the_next_offsets(th1)
         _no_cpu(th1)
     finally:
         torch.fl.set_device(prev)
+
+
+def test_make_graphed_callables_with_dropout_equals_eager_at_each_calls_offset(th1):
+    """A graphed module with dropout: every call draws a new mask (the
+    offset advances by the forward graph's words), and its output and
+    gradients equal an eager copy run from the same offset."""
+    import copy
+    prev = torch.fl.current_device()
+    torch.fl.set_device(th1)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Dropout(0.5), torch.nn.Linear(32, 16)).to(th1)
+        ref = copy.deepcopy(model)
+        torch.fl.manual_seed(3)
+        graphed = torch.fl.make_graphed_callables(model, (torch.randn(8, 16, device=th1, requires_grad=True),))
+        gen = _gen(th1)
+        x = torch.randn(8, 16)
+        masks = []
+        for _ in range(2):
+            start = gen.get_offset()
+            xg = x.to(th1).requires_grad_()
+            y = graphed(xg)
+            y.sum().backward()
+            assert gen.get_offset() == start + 8 * 32          # one word per element of the dropout
+            gen.set_offset(start)
+            xr = x.to(th1).requires_grad_()
+            yr = ref(xr)
+            yr.sum().backward()
+            assert torch.equal(y.detach().cpu(), yr.detach().cpu())
+            assert torch.equal(xg.grad.cpu(), xr.grad.cpu())
+            assert torch.equal(model[0].weight.grad.cpu(), ref[0].weight.grad.cpu())
+            model.zero_grad()
+            ref.zero_grad()
+            masks.append(y.detach().cpu())
+        assert not torch.equal(masks[0], masks[1])
+        _no_cpu(th1)
+    finally:
+        torch.fl.set_device(prev)
