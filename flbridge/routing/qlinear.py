@@ -1,0 +1,132 @@
+"""``quantized::linear_dynamic`` (the op ``torch.ao.quantization.quantize_dynamic``
+Linear modules call) on a chip, through its int8 GEMM.
+
+PyTorch's CPU kernel (fbgemm, the x86/fbgemm engines), for float32 x and a
+qint8 weight W_q with zero point 0 and scale s_w (per tensor or per output
+channel):
+
+1. min/max of x (0 included), then scale s and zero point z as
+   ``torch._choose_qparams_per_tensor`` picks them (activations in [0, 127]
+   with ``reduce_range``, the module's default, else [0, 255]);
+2. x_q = clamp(round_half_even(x * (1/s)) + z, 0, q_max)  (float32 arithmetic);
+3. raw = sum_k (x_q - z) * W_q  in int32 (exact: |raw| <= K * 255 * 128);
+4. y = fma(float(raw), s * s_w, bias)  (one rounding), or float(raw) * (s * s_w).
+
+Here every step is an ordinary op on the fl tensors, so each takes its own
+route (native where the spec has the kernel): min/max by ``max.dim`` and
+``min.dim`` (read back: 8 bytes, as the CPU kernel also needs them before
+quantizing), the multiply, the rounding by adding and subtracting 1.5 * 2**23
+(exact round-half-even in float32 for |v| < 2**22), clamp, the narrowing
+copy, ``aten::_int_mm`` and ``addcmul``.
+
+The zero-point adapter: ``_int_mm`` takes int8, so the activation goes as
+a = x_q - 128 (in [-128, 127] whatever z is), and the GEMM gives
+sum_k (x_q - 128) * W_q.  The correction to the CPU's raw is
+(128 - z) * colsum(W_q), one int32 ``add`` with ``alpha``:
+
+    sum_k (x_q - z) W_q[n, k] = sum_k (x_q - 128) W_q[n, k] + (128 - z) * sum_k W_q[n, k]
+
+Every term is an integer below 2**31 in magnitude for K <= 65793
+(K * 255 * 128 < 2**31), and int32 arithmetic wraps consistently beyond,
+so raw is bit-identical to the CPU's; the float steps are the CPU's own, so
+y is too (tests/test_int8.py).  A chip's GEMM that wants uint8 with zero
+point 128 (x1) gets a + 128 = x_q through its ``dtype_quirks`` convert.
+
+The weight is unpacked and uploaded once per packed object and chip.  A
+weight with nonzero zero points, or x not float32, returns NotImplemented:
+the route then runs the CPU kernel.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+aten = torch.ops.aten
+_ROUND = 12582912.0          # 1.5 * 2**23: v + _ROUND - _ROUND rounds v half-to-even in float32
+_WEIGHTS: dict = {}          # (id(packed), device) -> (w_t int8 [K, N], colsum int32 [N], bias, s_w float32)
+
+
+def _device_weights(packed, device):
+    key = (id(packed), device)
+    hit = _WEIGHTS.get(key)
+    if hit is not None:
+        return hit
+    with _disable_current_modes():     # host work, not a part of the route (the tracer records parts)
+        return _upload(packed, device, key)
+
+
+def _upload(packed, device, key):
+    w, bias = torch.ops.quantized.linear_unpack(packed)
+    if w.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+        if w.q_zero_point() != 0:
+            return None
+        s_w = torch.tensor(w.q_scale(), dtype=torch.float32)
+    elif w.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+        if w.q_per_channel_zero_points().any():
+            return None
+        s_w = w.q_per_channel_scales().to(torch.float32)
+    else:
+        return None
+    wq = w.int_repr()                                   # int8 [N, K]
+    colsum = wq.sum(1, dtype=torch.int32)
+    if device.type == "meta":
+        hit = (torch.empty(wq.shape[::-1], dtype=torch.int8, device="meta"),
+               torch.empty(colsum.shape, dtype=torch.int32, device="meta"),
+               None if bias is None else torch.empty(bias.shape, dtype=bias.dtype, device="meta"), s_w)
+        return hit      # stand-ins for tracing: not kept
+    hit = (wq.t().contiguous().to(device), colsum.to(device), None if bias is None else bias.to(device), s_w)
+    _WEIGHTS[key] = hit
+    weakref.finalize(packed, _WEIGHTS.pop, key, None)
+    return hit
+
+
+def _qparams(x, reduce_range):
+    """(1/s, s, z) for x as the CPU's dynamic quantization picks them."""
+    if x.device.type == "meta":      # tracing: no data, the same ops
+        return 1.0, 1.0, 0
+    flat = x.reshape(-1)
+    lo, hi = torch.stack([aten.min.dim(flat, 0)[0], aten.max.dim(flat, 0)[0]]).cpu().tolist()
+    s, z = torch._choose_qparams_per_tensor(torch.tensor([lo, hi], dtype=torch.float32), reduce_range)
+    s32 = torch.tensor(s, dtype=torch.float32)
+    return (1.0 / s32).item(), s32.item(), int(z)
+
+
+def _multiplier(s, s_w, device):
+    """s * s_w in float32, as the CPU kernel: a 0-dim CPU tensor, or per
+    output channel a tensor on the device."""
+    with _disable_current_modes():
+        mult = torch.tensor(s, dtype=torch.float32) * s_w
+        if mult.dim() == 0:
+            return mult
+        if device.type == "meta":
+            return torch.empty(mult.shape, dtype=mult.dtype, device="meta")
+    return mult.to(device)
+
+
+def linear_dynamic(X, W_prepack, reduce_range=False):
+    if not isinstance(X, torch.Tensor) or X.dtype != torch.float32 or X.dim() < 1 or X.numel() == 0:
+        return NotImplemented
+    weights = _device_weights(W_prepack, X.device)
+    if weights is None:
+        return NotImplemented
+    w_t, colsum, bias, s_w = weights
+    K = X.shape[-1]
+    if w_t.shape[0] != K:
+        return NotImplemented          # the CPU kernel raises its own error
+    x = X.reshape(-1, K)
+    inv, s, z = _qparams(x, reduce_range)
+    q_max = 127 if reduce_range else 255
+    v = x * inv
+    v = (v + _ROUND) - _ROUND                           # round half to even
+    a = torch.clamp(v + (z - 128), -128, q_max - 128).to(torch.int8)   # x_q - 128
+    acc = aten._int_mm(a, w_t)                          # sum (x_q - 128) * W_q
+    raw = torch.add(acc, colsum, alpha=128 - z)         # + (128 - z) * colsum(W_q): sum (x_q - z) * W_q
+    mult = _multiplier(s, s_w, X.device)
+    y = raw.to(torch.float32)
+    y = torch.addcmul(bias, y, mult) if bias is not None else y * mult
+    return y.reshape(*X.shape[:-1], w_t.shape[1])
+
+
+QUANTIZED_LINEAR = {torch.ops.quantized.linear_dynamic.default: linear_dynamic}
