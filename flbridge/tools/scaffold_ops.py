@@ -59,6 +59,8 @@ SYNONYMS = {
     "pad": ["padding"], "strides": ["stride"], "dilations": ["dilation"], "num_rows": ["num_weights"],
     "scale_by_freq": ["scale_grad_by_freq"], "running_mean": ["running_mean"], "running_var": ["running_var"],
     "exp": ["exponent"], "power": ["exponent"], "threshold": ["threshold"], "value": ["value", "other"],
+    "inputs": ["tensors"], "tensors": ["tensors"], "idx": ["indices", "index"], "base": ["self"],
+    "set": ["test_elements"], "values": ["values"],
     "lo": ["min"], "low": ["min"], "lower": ["min"], "hi": ["max"], "high": ["max"], "upper": ["max"],
 }
 # words naming an aten packet differently (after the vendor's prefix is removed)
@@ -118,6 +120,13 @@ def candidate_ops(fn: Function, prefix: str) -> list[str]:
 
 
 def _ops_of_words(words: list[str]) -> list[str]:
+    return _ops_and_extra(words)[0]
+
+
+def _ops_and_extra(words: list[str]) -> tuple[list[str], int]:
+    """The aten names the longest run of `words` names, and how many of the
+    words are not in that run (``any_dim`` names ``any`` with one word to
+    spare: a worse match for ``any.default`` than a function named ``any``)."""
     global _INDEX
     if _INDEX is None:
         _INDEX = _aten_index()
@@ -136,8 +145,8 @@ def _ops_of_words(words: list[str]) -> list[str]:
             for k in keys:
                 found += [q for q in _INDEX.get(k, []) if q not in found]
         if found:
-            return found
-    return []
+            return found, len(words) - size
+    return [], 0
 
 
 # C parameters that select what a multiplexed function computes
@@ -220,6 +229,7 @@ class OpGuess:
 def _arg_kind_ok(ckind: str, akind: str) -> float:
     """How well a C parameter kind takes an aten argument kind (0 = not at all)."""
     table = {("desc", "tensor"): 1.0, ("desc", "tensor?"): 1.0, ("desc", "float"): 0.5, ("desc", "number"): 0.5,
+             ("desclist", "tensor[]"): 1.0,
              ("intptr", "int[]"): 1.0, ("int", "int"): 1.0, ("int", "dtype"): 0.8, ("int", "bool"): 0.8,
              ("bool", "bool"): 1.0, ("float", "float"): 1.0, ("float", "number"): 1.0, ("float", "int"): 0.6,
              ("int", "number"): 0.6, ("str", "str"): 1.0}
@@ -294,7 +304,7 @@ def map_params(fn: Function, opi, struct_types: set, enum_types: set,
             taken[c], scores[c] = a, sc
             used.add(a)
     # 2. lengths of list arguments
-    lists = [a.name for a in opi.args if a.kind in ("int[]", "float[]")]
+    lists = [a.name for a in opi.args if a.kind in ("int[]", "float[]", "tensor[]")]
     for p, k in inputs:
         if p.name not in taken and k == "int":
             target = _length_of(p.name, lists)
@@ -444,6 +454,7 @@ def find_ops(header: Header, prefix: str, roles: dict, dtypes: tuple, codes: dic
     best: dict[str, tuple] = {}         # qualname -> (score, fn, name, mapping, notes)
     role_fns = {r.fn: role for role, r in roles.items()}
     unmatched = []
+    rank_of: dict[str, float] = {}
     runs = define_runs(lines or [])
     for fn in header.functions.values():
         kinds = kinds_of(fn, struct_types, enum_types)
@@ -452,7 +463,9 @@ def find_ops(header: Header, prefix: str, roles: dict, dtypes: tuple, codes: dic
         modes = dict()      # aten name -> {mode param: code}
         for n, code in mode_candidates(fn, prefix, kinds, runs):
             modes.setdefault(n, code)
-        names = list(modes) or candidate_ops(fn, prefix)
+        names, spare = _ops_and_extra(stem(fn.name, prefix))
+        if modes:
+            names, spare = list(modes), 0
         extra_ignore: dict = {}
         if role_fns.get(fn.name) == "copy":
             names, extra_ignore = list(COPY_OPS), COPY_OPS
@@ -501,8 +514,10 @@ def find_ops(header: Header, prefix: str, roles: dict, dtypes: tuple, codes: dic
                 continue
             hit = True
             old = best.get(entry.qualname)
-            if old is None or score > old[0]:
+            rank = score - 0.1 * spare      # words the op's name does not explain count against
+            if old is None or rank > rank_of[entry.qualname]:
                 best[entry.qualname] = (score, fn.name, name, mapping, notes)
+                rank_of[entry.qualname] = rank
         if not hit:
             unmatched.append((fn.name, "; ".join(dict.fromkeys(whys[:3]))))
     # group overloads sharing a function and identical fields into one entry
