@@ -179,3 +179,15 @@ def test_other_quantized_models_still_refuse_to_move(x1):
         q16 = torch.ao.quantization.quantize_dynamic(m, {nn.Linear}, dtype=torch.float16)
     with pytest.raises(flbridge.errors.QuantizedNotSupported, match="'0' is quantized"):
         q16.to(x1)
+
+
+def test_coverage_predicts_a_quantize_dynamic_model_native_without_touching_its_weights(x1):
+    from flbridge.routing import qlinear
+    q = _qmodel({nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig})
+    uploaded = len(qlinear._WEIGHTS)
+    report = flbridge.coverage(q, (torch.randn(3, 64),), device=x1, backward=False)
+    routes = {(r.op, r.route) for r in report.chips[0].rows}
+    assert ("quantized::linear_dynamic.default", "decomposed") in routes
+    assert ("aten::_int_mm.default", "native") in routes
+    assert not [r for r in routes if r[1] == "cpu"], routes
+    assert len(qlinear._WEIGHTS) == uploaded             # fake tensors: nothing uploaded or kept

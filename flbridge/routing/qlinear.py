@@ -32,7 +32,9 @@ so raw is bit-identical to the CPU's; the float steps are the CPU's own, so
 y is too (tests/test_int8.py).  A chip's GEMM that wants uint8 with zero
 point 128 (x1) gets a + 128 = x_q through its ``dtype_quirks`` convert.
 
-The weight is unpacked and uploaded once per packed object and chip.  A
+The weight is unpacked once per packed object and uploaded once per chip;
+the route's meta trace and ``flbridge.coverage``'s fake tensors get
+stand-ins of its shapes and skip the min/max read.  A
 weight with nonzero zero points, or x not float32, returns NotImplemented:
 the route then runs the CPU kernel.
 """
@@ -41,42 +43,58 @@ from __future__ import annotations
 import weakref
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 from torch.utils._python_dispatch import _disable_current_modes
 
 aten = torch.ops.aten
 _ROUND = 12582912.0          # 1.5 * 2**23: v + _ROUND - _ROUND rounds v half-to-even in float32
 _WEIGHTS: dict = {}          # (id(packed), device) -> (w_t int8 [K, N], colsum int32 [N], bias, s_w float32)
+_HOST: dict = {}             # id(packed) -> (W_q int8 [N, K], colsum, bias, s_w) on the CPU, or None
 
 
-def _device_weights(packed, device):
-    key = (id(packed), device)
+def _no_data(t) -> bool:
+    """A stand-in without values: the route's meta trace, or flbridge.coverage's fake tensors."""
+    return t.device.type == "meta" or is_fake(t)
+
+
+def _host_weights(packed):
+    """W_q, its column sums, the bias and s_w (float32) on the CPU; None
+    for a weight with nonzero zero points (the CPU kernel then runs)."""
+    key = id(packed)
+    if key in _HOST:
+        return _HOST[key]
+    with _disable_current_modes():     # host work, not a part of the route (the tracer records parts)
+        w, bias = torch.ops.quantized.linear_unpack(packed)
+        hit = None
+        if w.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+            if w.q_zero_point() == 0:
+                hit = torch.tensor(w.q_scale(), dtype=torch.float32)
+        elif w.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+            if not w.q_per_channel_zero_points().any():
+                hit = w.q_per_channel_scales().to(torch.float32)
+        if hit is not None:
+            wq = w.int_repr()                               # int8 [N, K]
+            hit = (wq, wq.sum(1, dtype=torch.int32), bias, hit)
+    _HOST[key] = hit
+    weakref.finalize(packed, _HOST.pop, key, None)
+    return hit
+
+
+def _device_weights(packed, X):
+    """(W_q^T int8 [K, N], colsum int32 [N], bias, s_w) on X's device:
+    uploaded once per packed weight and chip; stand-ins for a stand-in X."""
+    key = (id(packed), X.device)
     hit = _WEIGHTS.get(key)
     if hit is not None:
         return hit
-    with _disable_current_modes():     # host work, not a part of the route (the tracer records parts)
-        return _upload(packed, device, key)
-
-
-def _upload(packed, device, key):
-    w, bias = torch.ops.quantized.linear_unpack(packed)
-    if w.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
-        if w.q_zero_point() != 0:
-            return None
-        s_w = torch.tensor(w.q_scale(), dtype=torch.float32)
-    elif w.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
-        if w.q_per_channel_zero_points().any():
-            return None
-        s_w = w.q_per_channel_scales().to(torch.float32)
-    else:
+    host = _host_weights(packed)
+    if host is None:
         return None
-    wq = w.int_repr()                                   # int8 [N, K]
-    colsum = wq.sum(1, dtype=torch.int32)
-    if device.type == "meta":
-        hit = (torch.empty(wq.shape[::-1], dtype=torch.int8, device="meta"),
-               torch.empty(colsum.shape, dtype=torch.int32, device="meta"),
-               None if bias is None else torch.empty(bias.shape, dtype=bias.dtype, device="meta"), s_w)
-        return hit      # stand-ins for tracing: not kept
-    hit = (wq.t().contiguous().to(device), colsum.to(device), None if bias is None else bias.to(device), s_w)
+    wq, colsum, bias, s_w = host
+    if _no_data(X):       # tensors of the shapes, not kept (new_empty: allocation, not a part of the route)
+        return (X.new_empty(wq.shape[::-1], dtype=torch.int8), X.new_empty(colsum.shape, dtype=torch.int32),
+                None if bias is None else X.new_empty(bias.shape, dtype=bias.dtype), s_w)
+    hit = (wq.t().contiguous().to(X.device), colsum.to(X.device), None if bias is None else bias.to(X.device), s_w)
     _WEIGHTS[key] = hit
     weakref.finalize(packed, _WEIGHTS.pop, key, None)
     return hit
@@ -84,7 +102,7 @@ def _upload(packed, device, key):
 
 def _qparams(x, reduce_range):
     """(1/s, s, z) for x as the CPU's dynamic quantization picks them."""
-    if x.device.type == "meta":      # tracing: no data, the same ops
+    if _no_data(x):      # tracing: no data, the same ops
         return 1.0, 1.0, 0
     flat = x.reshape(-1)
     lo, hi = torch.stack([aten.min.dim(flat, 0)[0], aten.max.dim(flat, 0)[0]]).cpu().tolist()
@@ -93,22 +111,20 @@ def _qparams(x, reduce_range):
     return (1.0 / s32).item(), s32.item(), int(z)
 
 
-def _multiplier(s, s_w, device):
+def _multiplier(s, s_w, X):
     """s * s_w in float32, as the CPU kernel: a 0-dim CPU tensor, or per
     output channel a tensor on the device."""
+    if s_w.dim() and _no_data(X):
+        return X.new_empty(s_w.shape, dtype=torch.float32)
     with _disable_current_modes():
         mult = torch.tensor(s, dtype=torch.float32) * s_w
-        if mult.dim() == 0:
-            return mult
-        if device.type == "meta":
-            return torch.empty(mult.shape, dtype=mult.dtype, device="meta")
-    return mult.to(device)
+    return mult if mult.dim() == 0 else mult.to(X.device)
 
 
 def linear_dynamic(X, W_prepack, reduce_range=False):
     if not isinstance(X, torch.Tensor) or X.dtype != torch.float32 or X.dim() < 1 or X.numel() == 0:
         return NotImplemented
-    weights = _device_weights(W_prepack, X.device)
+    weights = _device_weights(W_prepack, X)
     if weights is None:
         return NotImplemented
     w_t, colsum, bias, s_w = weights
@@ -123,7 +139,7 @@ def linear_dynamic(X, W_prepack, reduce_range=False):
     a = torch.clamp(v + (z - 128), -128, q_max - 128).to(torch.int8)   # x_q - 128
     acc = aten._int_mm(a, w_t)                          # sum (x_q - 128) * W_q
     raw = torch.add(acc, colsum, alpha=128 - z)         # + (128 - z) * colsum(W_q): sum (x_q - z) * W_q
-    mult = _multiplier(s, s_w, X.device)
+    mult = _multiplier(s, s_w, X)
     y = raw.to(torch.float32)
     y = torch.addcmul(bias, y, mult) if bias is not None else y * mult
     return y.reshape(*X.shape[:-1], w_t.shape[1])
