@@ -3,6 +3,7 @@ zero point 128, listed as aten::_int_mm with dtype_quirks).  int8 mm /
 addmm / bmm / linear / matmul and quantize_dynamic's Linear run through it,
 with results equal to the CPU's (flbridge/routing/integer.py, qlinear.py)."""
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -191,3 +192,36 @@ def test_coverage_predicts_a_quantize_dynamic_model_native_without_touching_its_
     assert ("aten::_int_mm.default", "native") in routes
     assert not [r for r in routes if r[1] == "cpu"], routes
     assert len(qlinear._WEIGHTS) == uploaded             # fake tensors: nothing uploaded or kept
+
+
+def test_a_wrong_zero_point_quirk_is_named_with_file_line_and_field(tmp_path):
+    from flbridge.binding import load_runtime
+    from flbridge.specs import load_spec
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "device_specs" / "x1.yaml").read_text().replace('"../native_sim', f'"{root}/native_sim')
+    p = tmp_path / "chip.yaml"
+
+    def line_of(t, needle):
+        return t[:t.index(needle)].count("\n") + 1
+
+    # a quirk on an argument the op does not have, and on one that is not a tensor
+    quirk = "      mat2: {pass_as: uint8, convert: x1_s8_to_u8}\n"
+    lerp = "  - {name: [aten::lerp.Scalar, aten::lerp_.Scalar], impl: x1_lerp, dtype_support: [float32, float16], "
+    assert quirk in text and lerp in text
+    bad = text.replace(quirk, "      other: {pass_as: uint8, convert: x1_s8_to_u8}\n").replace(
+        lerp, lerp + "dtype_quirks: {weight: {pass_as: uint8, convert: x1_s8_to_u8}}, ")
+    p.write_text(bad)
+    with pytest.raises(flbridge.SpecError) as ei:
+        load_spec(p)
+    msg = str(ei.value)
+    assert f"chip.yaml:{line_of(bad, '      other: {pass_as')}: " in msg and "dtype_quirks.other" in msg
+    assert f"chip.yaml:{line_of(bad, lerp)}: " in msg and \
+        "dtype_quirks.weight: weight is a number argument of aten::lerp.Scalar; a dtype quirk converts a tensor" in msg
+    # a convert function the library does not export
+    p.write_text(text.replace(quirk, "      mat2: {pass_as: uint8, convert: x1_s8_to_u9}\n"))
+    with pytest.raises(flbridge.FlbridgeError) as ei:
+        load_runtime(load_spec(p))
+    msg = str(ei.value)
+    # (the entry's line: the library is checked after parsing; the field path says where in it)
+    assert f"chip.yaml:{line_of(text, '  - name: aten::_int_mm')}: " in msg and "dtype_quirks.mat2.convert" in msg \
+        and "did you mean x1_s8_to_u8" in msg
