@@ -8,7 +8,8 @@ channel):
 1. min/max of x (0 included), then scale s and zero point z as
    ``torch._choose_qparams_per_tensor`` picks them (activations in [0, 127]
    with ``reduce_range``, the module's default, else [0, 255]);
-2. x_q = clamp(round_half_even(x * (1/s)) + z, 0, q_max)  (float32 arithmetic);
+2. x_q = clamp(nearbyint(fma(x, 1/s, z)), 0, q_max)  (float32, one rounding
+   of x * (1/s) + z: measured, tests/test_int8.py);
 3. raw = sum_k (x_q - z) * W_q  in int32 (exact: |raw| <= K * 255 * 128);
 4. y = fma(float(raw), s * s_w, bias)  (one rounding), or float(raw) * (s * s_w).
 
@@ -28,8 +29,12 @@ sum_k (x_q - 128) * W_q.  The correction to the CPU's raw is
 
 Every term is an integer below 2**31 in magnitude for K <= 65793
 (K * 255 * 128 < 2**31), and int32 arithmetic wraps consistently beyond,
-so raw is bit-identical to the CPU's; the float steps are the CPU's own, so
-y is too (tests/test_int8.py).  A chip's GEMM that wants uint8 with zero
+so raw is the CPU's for the same x_q.  Two steps differ, because the chip
+has no fused multiply-add kernel: x * (1/s) is rounded before z is added
+(an element within 2**-15 of a half-integer there may quantize one step
+away; about 5 in a million for Gaussian inputs), and the bias is added after
+rounding the product.  Without such ties and without a bias y is the CPU's
+bit for bit; otherwise within the bound tests/test_int8.py derives.  A chip's GEMM that wants uint8 with zero
 point 128 (x1) gets a + 128 = x_q through its ``dtype_quirks`` convert.
 
 The weight is unpacked once per packed object and uploaded once per chip;
