@@ -47,6 +47,8 @@ def test_int8_matrix_products_equal_the_cpu_and_run_on_the_uint8_gemm(x1, gen, p
         "matmul 4-D @ 2-D": lambda d: torch.matmul(A.to(d), b.to(d)),
         "bmm": lambda d: torch.bmm(B3.to(d), C3.to(d)),
         "_int_mm": lambda d: torch._int_mm(a.to(d), b.to(d)),
+        "matmul matrix @ vector": lambda d: torch.matmul(a.to(d), b[:, 0].contiguous().to(d)),
+        "dot": lambda d: torch.dot(a[0].to(d), b[:, 1].contiguous().to(d)),
     }
     names = sorted(cases)[part::2]
     for name in names:
@@ -57,8 +59,9 @@ def test_int8_matrix_products_equal_the_cpu_and_run_on_the_uint8_gemm(x1, gen, p
     routes = _routes(x1)
     assert ("aten::_int_mm.default", "native") in routes
     assert not [r for r in routes if r[1] == "cpu"], routes
-    for op in ("mm", "addmm", "bmm"):
-        if any(n.startswith(op) or op == "mm" and n.startswith(("matmul", "linear no")) for n in names):
+    for op, cases_of_op in (("mm", ("mm", "matmul 4-D", "linear no")), ("addmm", ("addmm", "linear")),
+                            ("bmm", ("bmm",)), ("mv", ("matmul matrix",)), ("dot", ("dot",))):
+        if any(n.startswith(c) and not (op == "addmm" and n == "linear no bias") for n in names for c in cases_of_op):
             assert (f"aten::{op}.default", "decomposed") in routes, op
 
 

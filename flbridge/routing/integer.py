@@ -1,6 +1,6 @@
 """int8 matrix products through the chip's int8 GEMM (``aten::_int_mm``).
 
-PyTorch's CPU runs ``mm``/``addmm``/``bmm`` on int8 tensors and returns
+PyTorch's CPU runs ``mm``/``addmm``/``bmm``/``mv``/``dot`` on int8 tensors and returns
 int8: the products summed with wrap-around, i.e. the exact integer result
 modulo 256 (``torch.mm(a, b) == (a.long() @ b.long()).to(torch.int8)``).
 ``aten::_int_mm`` (int8 x int8 -> int32) is the exact sum modulo 2**32, so
@@ -67,7 +67,21 @@ def int8_bmm(self, mat2):
     return torch.stack([aten._int_mm(self[i], mat2[i]) for i in range(self.shape[0])]).to(torch.int8)
 
 
+def int8_mv(self, vec):
+    if not _int8(self, vec) or self.dim() != 2 or vec.dim() != 1:
+        return NotImplemented
+    return aten._int_mm(self, vec.unsqueeze(1)).squeeze(1).to(torch.int8)
+
+
+def int8_dot(self, tensor):
+    if not _int8(self, tensor) or self.dim() != 1 or tensor.dim() != 1:
+        return NotImplemented
+    return aten._int_mm(self.unsqueeze(0), tensor.unsqueeze(1)).reshape(()).to(torch.int8)
+
+
 INT8_MATMUL = {
+    aten.mv.default: int8_mv,
+    aten.dot.default: int8_dot,
     aten.mm.default: int8_mm,
     aten.addmm.default: int8_addmm,
     aten.bmm.default: int8_bmm,
