@@ -272,3 +272,29 @@ def test_a_wrong_zero_point_quirk_is_named_with_file_line_and_field(tmp_path):
     # (the entry's line: the library is checked after parsing; the field path says where in it)
     assert f"chip.yaml:{line_of(text, '  - name: aten::_int_mm')}: " in msg and "dtype_quirks.mat2.convert" in msg \
         and "did you mean x1_s8_to_u8" in msg
+
+
+def test_a_moved_model_uploads_its_weights_once_and_decides_its_route_once(x1):
+    """The dispatcher hands each call a new Python wrapper of the packed
+    weight: the route's cache and the weight cache key on the C++ object."""
+    import gc
+
+    from flbridge.routing import qlinear
+    q = _qmodel()
+    q.to(x1)
+    mine = {hash(_packed(m)) for m in q if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)}
+    x = torch.randn(5, 64).to(x1)
+    routes = flbridge.chips()[x1.index].routes
+    op = torch.ops.quantized.linear_dynamic.default
+    before = len(routes[op].decomp_ok_cache) if op in routes else 0
+    q(x)
+    _reset(x1)
+    q(x)
+    s = flbridge.stats(x1)
+    assert s["h2d_bytes"] + s["mapped_bytes"] < 512     # a few constants; the weights (3 KiB and more each) stay
+    route = routes[op]
+    assert len(route.decomp_ok_cache) - before == 3      # one decision per layer, not one per call
+    assert {k for k, _ in qlinear._WEIGHTS} >= mine
+    del q, route
+    gc.collect()
+    assert not {k for k, _ in qlinear._WEIGHTS} & mine   # released with the model

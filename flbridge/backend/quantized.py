@@ -65,6 +65,10 @@ def check_move(module: torch.nn.Module, device) -> None:
     part = _quantized_part(module)
     if part is not None:
         raise QuantizedNotSupported(f"moving {type(module).__name__} to {device}: {part!r} is quantized")
+    from ..routing import qlinear
+    for m in module.modules():
+        if _runs_on_fl(m):
+            qlinear.keep_on_device(m._packed_params._packed_params)
 
 
 def _guard_to(to):

@@ -37,7 +37,8 @@ rounding the product.  Without such ties and without a bias y is the CPU's
 bit for bit; otherwise within the bound tests/test_int8.py derives.  A chip's GEMM that wants uint8 with zero
 point 128 (x1) gets a + 128 = x_q through its ``dtype_quirks`` convert.
 
-The weight is unpacked once per packed object and uploaded once per chip;
+The weight of a module moved to fl is unpacked once and uploaded once per
+chip (kept while the module's packed object lives);
 the route's meta trace and ``flbridge.coverage``'s fake tensors get
 stand-ins of its shapes and skip the min/max read.  A
 weight with nonzero zero points, or x not float32, returns NotImplemented:
@@ -53,8 +54,32 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 aten = torch.ops.aten
 _ROUND = 12582912.0          # 1.5 * 2**23: v + _ROUND - _ROUND rounds v half-to-even in float32
-_WEIGHTS: dict = {}          # (id(packed), device) -> (w_t int8 [K, N], colsum int32 [N], bias, s_w float32)
-_HOST: dict = {}             # id(packed) -> (W_q int8 [N, K], colsum, bias, s_w) on the CPU, or None
+_WEIGHTS: dict = {}          # (key, device) -> (w_t int8 [K, N], colsum int32 [N], bias, s_w float32)
+_HOST: dict = {}             # key -> (W_q int8 [N, K], colsum, bias, s_w) on the CPU, or None
+_KEPT: set = set()           # keys of the packed weights of modules moved to fl
+
+
+def _key(packed) -> int:
+    """The packed weight's identity.  The dispatcher hands each call a new
+    Python wrapper of the same C++ object (id() differs, hash() does not)."""
+    return hash(packed)
+
+
+def keep_on_device(packed) -> None:
+    """Caches the weight of a module moved to fl (Module.to, backend/quantized.py)
+    while `packed`, the module's own wrapper, lives; without it each call
+    unpacks and uploads the weight again (right, but slow)."""
+    key = _key(packed)
+    if key not in _KEPT:
+        _KEPT.add(key)
+        weakref.finalize(packed, _forget, key)
+
+
+def _forget(key) -> None:
+    _KEPT.discard(key)
+    _HOST.pop(key, None)
+    for k in [k for k in _WEIGHTS if k[0] == key]:
+        del _WEIGHTS[k]
 
 
 def _no_data(t) -> bool:
@@ -65,7 +90,7 @@ def _no_data(t) -> bool:
 def _host_weights(packed):
     """W_q, its column sums, the bias and s_w (float32) on the CPU; None
     for a weight with nonzero zero points (the CPU kernel then runs)."""
-    key = id(packed)
+    key = _key(packed)
     if key in _HOST:
         return _HOST[key]
     with _disable_current_modes():     # host work, not a part of the route (the tracer records parts)
@@ -80,15 +105,15 @@ def _host_weights(packed):
         if hit is not None:
             wq = w.int_repr()                               # int8 [N, K]
             hit = (wq, wq.sum(1, dtype=torch.int32), bias, hit)
-    _HOST[key] = hit
-    weakref.finalize(packed, _HOST.pop, key, None)
+    if key in _KEPT:
+        _HOST[key] = hit
     return hit
 
 
 def _device_weights(packed, X):
     """(W_q^T int8 [K, N], colsum int32 [N], bias, s_w) on X's device:
-    uploaded once per packed weight and chip; stand-ins for a stand-in X."""
-    key = (id(packed), X.device)
+    uploaded once per kept weight and chip; stand-ins for a stand-in X."""
+    key = (_key(packed), X.device)
     hit = _WEIGHTS.get(key)
     if hit is not None:
         return hit
@@ -99,9 +124,11 @@ def _device_weights(packed, X):
     if _no_data(X):       # tensors of the shapes, not kept (new_empty: allocation, not a part of the route)
         return (X.new_empty(wq.shape[::-1], dtype=torch.int8), X.new_empty(colsum.shape, dtype=torch.int32),
                 None if bias is None else X.new_empty(bias.shape, dtype=bias.dtype), s_w)
-    hit = (wq.t().contiguous().to(X.device), colsum.to(X.device), None if bias is None else bias.to(X.device), s_w)
-    _WEIGHTS[key] = hit
-    weakref.finalize(packed, _WEIGHTS.pop, key, None)
+    with _disable_current_modes():
+        w_t = wq.t().contiguous()
+    hit = (w_t.to(X.device), colsum.to(X.device), None if bias is None else bias.to(X.device), s_w)
+    if key[0] in _KEPT:
+        _WEIGHTS[key] = hit
     return hit
 
 
@@ -110,7 +137,7 @@ def _qparams(x, reduce_range):
     if _no_data(x):      # tracing: no data, the same ops
         return 1.0, 1.0, 0
     flat = x.reshape(-1)
-    lo, hi = torch.stack([aten.min.dim(flat, 0)[0], aten.max.dim(flat, 0)[0]]).cpu().tolist()
+    lo, hi = torch.cat([aten.min.dim(flat, 0, True)[0], aten.max.dim(flat, 0, True)[0]]).cpu().tolist()
     s, z = torch._choose_qparams_per_tensor(torch.tensor([lo, hi], dtype=torch.float32), reduce_range)
     s32 = torch.tensor(s, dtype=torch.float32)
     return (1.0 / s32).item(), s32.item(), int(z)
