@@ -298,3 +298,16 @@ def test_a_moved_model_uploads_its_weights_once_and_decides_its_route_once(x1):
     del q, route
     gc.collect()
     assert not {k for k, _ in qlinear._WEIGHTS} & mine   # released with the model
+
+
+def test_linear_dynamic_with_inf_or_nan_input_gives_the_cpus_answer(x1):
+    """No quantization step is defined for them; the chip's path hands the
+    call to the CPU kernel, whose (meaningless) answer comes back as it is."""
+    q = _qmodel()
+    packed = _packed(q[0])
+    for bad in (float("inf"), float("nan")):
+        x = torch.randn(3, 64, generator=torch.Generator().manual_seed(4))
+        x[1, 5] = bad
+        want = torch.ops.quantized.linear_dynamic(x, packed, reduce_range=True)
+        got = torch.ops.quantized.linear_dynamic(x.to(x1), packed, reduce_range=True)
+        torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, equal_nan=True)

@@ -46,6 +46,7 @@ the route then runs the CPU kernel.
 """
 from __future__ import annotations
 
+import math
 import weakref
 
 import torch
@@ -138,6 +139,8 @@ def _qparams(x, reduce_range):
         return 1.0, 1.0, 0
     flat = x.reshape(-1)
     lo, hi = torch.cat([aten.min.dim(flat, 0, True)[0], aten.max.dim(flat, 0, True)[0]]).cpu().tolist()
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return None       # inf / NaN: what the CPU kernel makes of them, it says itself
     s, z = torch._choose_qparams_per_tensor(torch.tensor([lo, hi], dtype=torch.float32), reduce_range)
     s32 = torch.tensor(s, dtype=torch.float32)
     return (1.0 / s32).item(), s32.item(), int(z)
@@ -153,18 +156,27 @@ def _multiplier(s, s_w, X):
     return mult if mult.dim() == 0 else mult.to(X.device)
 
 
+def _on_cpu(X, W_prepack, reduce_range):
+    """The CPU kernel on X's values, the result back on X's device."""
+    return torch.ops.quantized.linear_dynamic(X.cpu(), W_prepack, reduce_range).to(X.device)
+
+
 def linear_dynamic(X, W_prepack, reduce_range=False):
     if not isinstance(X, torch.Tensor) or X.dtype != torch.float32 or X.dim() < 1 or X.numel() == 0:
         return NotImplemented
     weights = _device_weights(W_prepack, X)
-    if weights is None:
-        return NotImplemented
-    w_t, colsum, bias, s_w = weights
     K = X.shape[-1]
-    if w_t.shape[0] != K:
-        return NotImplemented          # the CPU kernel raises its own error
+    if weights is None or weights[0].shape[0] != K:
+        # a weight this path does not take, or the wrong width (the CPU
+        # kernel raises its own error): no op on the chip (the route then
+        # runs the CPU kernel), or, decided already, the CPU kernel here
+        return NotImplemented if _no_data(X) else _on_cpu(X, W_prepack, reduce_range)
+    w_t, colsum, bias, s_w = weights
     x = X.reshape(-1, K)
-    inv, s, z = _qparams(x, reduce_range)
+    qp = _qparams(x, reduce_range)
+    if qp is None:
+        return _on_cpu(X, W_prepack, reduce_range)
+    inv, s, z = qp
     q_max = 127 if reduce_range else 255
     v = x * inv
     v = (v + _ROUND) - _ROUND                           # round half to even
