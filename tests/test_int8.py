@@ -93,6 +93,8 @@ def test_int8_mm_on_a_chip_without_an_int8_gemm_takes_the_cpu(th1, gen):
 
 def test_int8_addmm_refuses_alpha_outside_int8_as_pytorch_does(x1, gen):
     a, b, c = _i8(4, 3, gen=gen), _i8(3, 2, gen=gen), _i8(2, gen=gen)
+    # first a call the route decomposes: the decision holds for this geometry and scalar type
+    assert torch.equal(torch.addmm(c.to(x1), a.to(x1), b.to(x1), alpha=2).cpu(), torch.addmm(c, a, b, alpha=2))
     for kw in ({"alpha": 128}, {"beta": -129}, {"alpha": 127.5}):
         with pytest.raises(RuntimeError, match="without overflow"):
             torch.addmm(c, a, b, **kw)

@@ -20,6 +20,7 @@ which calls no op and so never qualifies.
 from __future__ import annotations
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 aten = torch.ops.aten
 
@@ -39,6 +40,19 @@ def _int8_scalar(v):
     return None
 
 
+def _no_data(t) -> bool:
+    return t.device.type == "meta" or is_fake(t)
+
+
+def _cpu(op, *args, **kwargs):
+    """PyTorch's CPU kernel on these values, the result on their device: for
+    a call the route decided to decompose (the decision is per geometry and
+    scalar type) whose scalar values this decomposition does not take, so
+    PyTorch raises its own error."""
+    dev = next(a.device for a in args if isinstance(a, torch.Tensor))
+    return op(*[a.cpu() if isinstance(a, torch.Tensor) else a for a in args], **kwargs).to(dev)
+
+
 def int8_mm(self, mat2):
     if not _int8(self, mat2) or self.dim() != 2 or mat2.dim() != 2:
         return NotImplemented
@@ -46,9 +60,12 @@ def int8_mm(self, mat2):
 
 
 def int8_addmm(self, mat1, mat2, *, beta=1, alpha=1):
-    beta, alpha = _int8_scalar(beta), _int8_scalar(alpha)
-    if not _int8(self, mat1, mat2) or mat1.dim() != 2 or mat2.dim() != 2 or beta is None or alpha is None:
+    if not _int8(self, mat1, mat2) or mat1.dim() != 2 or mat2.dim() != 2:
         return NotImplemented
+    b, a = _int8_scalar(beta), _int8_scalar(alpha)
+    if b is None or a is None:
+        return NotImplemented if _no_data(mat1) else _cpu(aten.addmm.default, self, mat1, mat2, beta=beta, alpha=alpha)
+    beta, alpha = b, a
     acc = aten._int_mm(mat1, mat2)
     if alpha != 1:
         acc = acc * alpha
