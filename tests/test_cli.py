@@ -59,6 +59,7 @@ def test_demo_and_devices_from_the_shell():
     assert lines[2].startswith("fl:2  xpu:x1-v2") and "native ops" in lines[2]
 
 
+@pytest.mark.slow  # an interpreter whose PrivateUse1 another backend took: 3 s
 def test_init_refuses_when_privateuse1_is_taken():
     code = ("import torch; torch.utils.rename_privateuse1_backend('otherdev')\n"
             "import flbridge\n"

@@ -119,6 +119,7 @@ def _check_broken_rows(checks, live: bool):
         assert init.status == "FAIL" and "X1SIM_CAPACITY='lots' is not a size" in init.detail
 
 
+@pytest.mark.slow  # a doctor run per broken setup: 2 s
 def test_each_broken_case_is_reported_with_its_fix(tmp_path, monkeypatch):
     """The rows that need no fresh process: everything up to init."""
     from flbridge.specs import discover, load_specs

@@ -32,11 +32,14 @@ SLOW_SAMPLES = {("nn.functional.nll_loss", "xpu:th1"), ("nn.functional.nll_loss"
 SLOW_SAMPLES |= {("nn.functional.max_pool2d", chip) for chip in ("xpu:th1", "xpu:x1", "xpu:x1-v2")}
 # bmm's large-input variant (1-3.5 s of CPU per chip; plain bmm stays in the default suite)
 SLOW_SAMPLES |= {("bmm.triton_optimized", chip) for chip in ("xpu:th1", "xpu:x1", "xpu:x1-v2")}
+# x1-v2 runs x1's kernels (its own: float32 convolution, 8 GiB): its samples
+# (7 s of the default suite's time) in the slow suite, x1's in the default one
+SLOW_SAMPLES |= {(name, "xpu:x1-v2") for name in OPS + GRAD_OPS}
 SLOW_GRADS = {("nn.functional.conv2d", "xpu:th1"), ("nn.functional.conv2d", "xpu:x1"),
               ("nn.functional.conv2d", "xpu:x1-v2"), ("nn.functional.nll_loss", "xpu:th1"),
               ("nn.functional.nll_loss", "xpu:x1"), ("nn.functional.cross_entropy", "xpu:th1"),
               ("nn.functional.max_pool2d", "xpu:th1"), ("nn.functional.max_pool2d", "xpu:x1"),
-              ("nn.functional.max_pool2d", "xpu:x1-v2")}
+              ("nn.functional.max_pool2d", "xpu:x1-v2")} | {(name, "xpu:x1-v2") for name in GRAD_OPS}
 BY_NAME = {}
 for o in op_db:
     if (o.name in OPS or o.name in GRAD_OPS) and (o.name, o.variant_test_name) not in BY_NAME:

@@ -300,6 +300,7 @@ def test_missing_spec_folder_is_a_warning_naming_folder_and_variable(tmp_path, m
         assert discover() == []
 
 
+@pytest.mark.slow  # an interpreter with its own spec folder: 2-3 s
 def test_init_warns_when_two_specs_share_a_runtime_library(tmp_path):
     (tmp_path / "a.yaml").write_text(spec_text(X1_TEXT).replace('"xpu:x1"', '"xpu:alpha"'))
     (tmp_path / "b.yaml").write_text(spec_text(X1_TEXT).replace('"xpu:x1"', '"xpu:beta"'))
@@ -311,6 +312,7 @@ def test_init_warns_when_two_specs_share_a_runtime_library(tmp_path):
     assert "xpu:alpha, xpu:beta load the same runtime library" in r.stderr
 
 
+@pytest.mark.slow  # an interpreter with its own spec folder: 2-3 s
 def test_init_with_a_missing_folder_does_not_crash(tmp_path):
     code = "import torch, flbridge; flbridge.init(); print('avail', torch.fl.is_available(), torch.fl.device_count())"
     env = dict(os.environ, FLBRIDGE_DEVICE_DIR=str(tmp_path / "missing"))

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 
 import flbridge
@@ -213,6 +214,7 @@ OOM_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # an interpreter that fills a small chip: 3.6 s
 def test_oom_releases_the_cache_retries_then_raises_a_torch_oom(tmp_path):
     env = dict(os.environ, TH1SIM_CAPACITY="1M", FLBRIDGE_WARN="off")
     r = subprocess.run([sys.executable, "-c", OOM_SCRIPT], capture_output=True, text=True, env=env, timeout=180)

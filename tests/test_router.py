@@ -467,6 +467,7 @@ PY_FALLBACK = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow  # interpreters with edited specs: 4 s
 def test_python_op_specific_fallback_and_error_policy(tmp_path):
     (tmp_path / "myfb.py").write_text(PY_FALLBACK)
     specs = tmp_path / "specs"
