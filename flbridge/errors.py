@@ -263,6 +263,15 @@ class MixedChipsError(FlbridgeError, RuntimeError):
             f"current device {mine}).")
 
 
+class IntegrationError(FlbridgeError, RuntimeError):
+    """A feature of a training library (DeepSpeed, accelerate, Lightning)
+    that cannot run on fl; the message names the setting that avoids it."""
+
+    def __init__(self, message: str, *, library: str = "", feature: str = ""):
+        self.library, self.feature = library, feature
+        super().__init__(message)
+
+
 class AutocompareWarning(UserWarning):
     """An op's result on a chip differs from the CPU's (said once per op)."""
 
