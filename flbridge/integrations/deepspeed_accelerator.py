@@ -3,11 +3,8 @@ delegating to `torch.fl`.  Imported only when DeepSpeed is (the base class
 is DeepSpeed's), by flbridge.integrations.deepspeed.
 
 Device indexes.  DeepSpeed binds each rank to `local_rank` as CUDA does
-(`set_device(local_rank)`, `device_name(local_rank)`).  The fl indexes of one
-process name different chip types (fl:0 th1, fl:1 x1, ...), and every rank
-of a group must be on the same type, so this accelerator numbers only the
-chips of the current chip's type: its device i is the i-th of them (modulo
-their count: ranks beyond it share a chip, as processes may share a GPU).
+(`set_device(local_rank)`, `device_name(local_rank)`); its device i is the
+i-th chip of the current chip's type (flbridge/integrations/ranks.py).
 Make another type current (`torch.fl.set_device("xpu:x1")`) before
 `deepspeed.initialize` to train on it.
 
@@ -24,18 +21,10 @@ import functools
 import torch
 from deepspeed.accelerator.abstract_accelerator import DeepSpeedAccelerator
 
-from ..devices import chip_at, current_device, usable_chips
+from ..devices import chip_at, current_device
 from ..devices import set_device as _set_fl_device
 from ..distributed import BACKEND
-from . import deepspeed_ops
-
-
-def _same_type_chips() -> list:
-    cur = chip_at(current_device())
-    chips = usable_chips()
-    if cur is None:
-        return chips[:1]
-    return [c for c in chips if c.device_type == cur.device_type]
+from . import deepspeed_ops, ranks
 
 
 def _index(device_index) -> int:
@@ -47,8 +36,7 @@ def _index(device_index) -> int:
     if isinstance(device_index, str) and not device_index.isdigit():   # "1": os.environ["LOCAL_RANK"]
         d = torch.device(device_index)
         return current_device() if d.index is None else d.index
-    chips = _same_type_chips()
-    return chips[int(device_index) % len(chips)].index
+    return ranks.fl_index(device_index)
 
 
 def _dtypes() -> tuple:
@@ -91,17 +79,13 @@ class FL_Accelerator(DeepSpeedAccelerator):  # noqa: N801 - DeepSpeed's naming (
         _set_fl_device(_index(device_index))
 
     def current_device(self):
-        cur = current_device()
-        for i, c in enumerate(_same_type_chips()):
-            if c.index == cur:
-                return i
-        return 0
+        return ranks.local_index()
 
     def current_device_name(self):
         return f"fl:{current_device()}"
 
     def device_count(self):
-        return len(_same_type_chips())
+        return len(ranks.same_type_chips())
 
     def synchronize(self, device_index=None):
         return torch.fl.synchronize(None if device_index is None else _index(device_index))

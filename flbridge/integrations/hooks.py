@@ -95,6 +95,9 @@ def _ensure_finder() -> None:
 # module -> (flbridge module, function): run when the program imports the module
 INTEGRATIONS = (
     ("deepspeed.accelerator.real_accelerator", "deepspeed", "on_import"),
+    ("accelerate.state", "accelerate", "on_state"),
+    ("accelerate.accelerator", "accelerate", "on_accelerator"),
+    ("transformers.training_args", "accelerate", "on_training_args"),
 )
 
 
