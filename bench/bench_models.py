@@ -241,7 +241,7 @@ def replay_cost(g, reps: int = 15) -> str:
             ns += rt.last_kernel_ns()
         kernels.append(ns * 1e-9)
     wall, kern = statistics.median(walls), statistics.median(kernels)
-    ok, n = rt._ok, len(g._prog)
+    ok, n = rt.ok, len(g._prog)
     prog = [((lambda *a: ok), args) for _, args in g._prog]   # the same loop, the C calls stubbed
     loops = []
     for _ in range(reps):

@@ -148,7 +148,7 @@ class FLGraph:
         if stale is not None:
             make_resident(chip, stale, keep_address=True)
         rt = chip.runtime
-        ok = rt._ok
+        ok = rt.ok
         if launch.WATCH.active or torch.autograd.profiler._is_profiler_enabled:
             for (cfn, args), label in zip(self._prog, self._labels):
                 st = launch.kernel(chip, label, cfn, args)

@@ -36,11 +36,11 @@ class corrupt:
 
     def corruptions(self) -> int:
         n = self.rt.ffi.new("uint64_t *")
-        assert self.get(n) == self.rt._ok
+        assert self.get(n) == self.rt.ok
         return int(n[0])
 
     def __enter__(self):
-        assert self.set(self.kernel.encode()) == self.rt._ok
+        assert self.set(self.kernel.encode()) == self.rt.ok
         self.before = self.corruptions()
         return self
 

@@ -21,7 +21,7 @@ def _runtime_total_ns(device) -> int:
     rt = chip_for(device).runtime
     lib, n = rt.lib, rt.ffi.new("uint64_t *")
     fn = lib.x1_get_kernel_ns_total if hasattr(lib, "x1_get_kernel_ns_total") else lib.th1GetTotalKernelTime
-    assert fn(n) == rt._ok
+    assert fn(n) == rt.ok
     return int(n[0])
 
 

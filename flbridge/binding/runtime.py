@@ -48,6 +48,7 @@ class Runtime:
         self.desc_cache: dict = {}   # (addr, offset, shape, strides, dtype) -> descriptor
         self.vendor_fallbacks: dict = {}  # OpOverload -> BoundOp
         self.chip = None                  # set by the Chip that owns this runtime
+        self.ok = 0                       # the vendor's success status (set when bound)
 
     # ------------------------------------------------------------ status
 
@@ -65,25 +66,25 @@ class Runtime:
     def malloc(self, nbytes: int) -> int:
         out = self.ffi.new(self._ptr_out_type)
         st = self._malloc(out, nbytes)
-        if st != self._ok:
+        if st != self.ok:
             raise self.error(st, self.spec.runtime.roles["malloc"].fn)
         return int(out[0])
 
     def free(self, addr: int) -> None:
         st = self._free(addr)
-        if st != self._ok:
+        if st != self.ok:
             raise self.error(st, self.spec.runtime.roles["free"].fn)
 
     def h2d(self, dst: int, src_ptr: int, nbytes: int) -> None:
         st = self._h2d(dst, self.ffi.cast("void *", src_ptr), nbytes)
-        if st != self._ok:
+        if st != self.ok:
             raise self.error(st, self.spec.runtime.roles["memcpy_h2d"].fn)
 
     def d2h(self, dst_ptr: int, src: int, nbytes: int) -> None:
         st = self._d2h(self.ffi.cast("void *", dst_ptr), src, nbytes)
         if launch.WATCH.active:
             launch.transferred(self.chip, "d2h")
-        if st != self._ok:
+        if st != self.ok:
             raise self.error(st, self.spec.runtime.roles["memcpy_d2h"].fn)
 
     def d2d(self, dst: int, src: int, nbytes: int) -> None:
@@ -91,7 +92,7 @@ class Runtime:
             raise DeviceError(self.device_type, "memcpy_d2d", -1, "unsupported",
                               "the runtime has no device-to-device copy")
         st = self._d2d(dst, src, nbytes)
-        if st != self._ok:
+        if st != self.ok:
             raise self.error(st, self.spec.runtime.roles["memcpy_d2d"].fn)
 
     @property
@@ -115,7 +116,7 @@ class Runtime:
         st = self._h2d_batch(dst, src, nb, len(items))
         if launch.WATCH.active:
             launch.transferred(self.chip, "h2d")
-        if st != self._ok:
+        if st != self.ok:
             raise self.error(st, self.spec.runtime.roles["memcpy_h2d_batch"].fn)
 
     @property
@@ -127,13 +128,13 @@ class Runtime:
         st = self._map(self.ffi.cast("void *", host_ptr), nbytes, out)
         if launch.WATCH.active:
             launch.transferred(self.chip, "map")
-        if st != self._ok:
+        if st != self.ok:
             raise self.error(st, self.spec.runtime.roles["mem_map"].fn)
         return int(out[0])
 
     def unmap(self, addr: int) -> None:
         st = self._unmap(addr)
-        if st != self._ok:
+        if st != self.ok:
             raise self.error(st, self.spec.runtime.roles["mem_unmap"].fn)
 
     def mem_info(self) -> tuple[int, int] | None:
@@ -141,14 +142,14 @@ class Runtime:
             return None
         f, t = self.ffi.new(self._mem_info_types[0]), self.ffi.new(self._mem_info_types[1])
         st = self._mem_info(f, t)
-        if st != self._ok:
+        if st != self.ok:
             raise self.error(st, self.spec.runtime.roles["mem_info"].fn)
         return int(f[0]), int(t[0])
 
     def synchronize(self) -> None:
         if self._sync is not None:
             st = self._sync()
-            if st != self._ok:
+            if st != self.ok:
                 raise self.error(st, self.spec.runtime.roles["synchronize"].fn)
 
     def counters(self) -> dict:
@@ -157,7 +158,7 @@ class Runtime:
             return {}
         c = self.ffi.new(self._counters_type)
         st = self._counters(c)
-        if st != self._ok:
+        if st != self.ok:
             raise self.error(st, self.spec.runtime.roles["counters"].fn)
         return {name: int(getattr(c, name)) for name, _ in self.ffi.typeof(self._counters_type).item.fields}
 
@@ -174,7 +175,7 @@ class Runtime:
         copy, in nanoseconds (the spec's runtime.kernel_timer)."""
         out = self.ffi.new(self._kernel_timer_type)
         st = self._kernel_timer(out)
-        if st != self._ok:
+        if st != self.ok:
             raise self.error(st, self.spec.runtime.roles["kernel_timer"].fn)
         return int(out[0])
 
@@ -206,13 +207,13 @@ class Runtime:
     def copy_kernel(self, src, dst) -> None:
         args = (src, dst) if self._copy_order == ("src", "dst") else (dst, src)
         st = launch.kernel(self.chip, self._copy_label, self._copy, args)
-        if st != self._ok:
+        if st != self.ok:
             raise self.error(st, self.spec.runtime.roles["copy"].fn)
 
     def fill_kernel(self, dst, value: float) -> None:
         args = (dst, value) if self._fill_order == ("dst", "value") else (value, dst)
         st = launch.kernel(self.chip, self._fill_label, self._fill, args)
-        if st != self._ok:
+        if st != self.ok:
             raise self.error(st, self.spec.runtime.roles["fill"].fn)
 
     @property
@@ -453,7 +454,7 @@ def _bind(spec: DeviceSpec, load: bool):
                            {role: v[1] for role, v in role_fns.items()}), problems, load_errors
 
     r = Runtime(spec, header, ffi, lib)
-    r._ok, r._oom = ok, oom
+    r.ok, r._oom = ok, oom
     r.max_dims = shape_t.length
     r._desc_ptr = ffi.typeof(ts.type + " *")
     r._nfields = len(order)
@@ -589,5 +590,5 @@ def load_runtime(spec: DeviceSpec) -> Runtime:
 def init_runtime(rt: Runtime) -> None:
     fn, values = rt._init
     st = fn(*values)
-    if st != rt._ok:
+    if st != rt.ok:
         raise rt.error(st, rt.spec.runtime.roles["init"].fn)

@@ -223,10 +223,12 @@ class _Predict(TorchDispatchMode):
             margs, mkwargs = _plain(args), _plain(kwargs)
             route, detail, reason = r.predict(margs, mkwargs)
             how = r.choose(margs, mkwargs, reason, meta=True)[0] if route == "decomposed" else route
-        row = self._count(r, route, detail, reason)
+            decomposed = r.decomposition(margs, mkwargs) if how == "decomposed" else r.device_only
+            part = r.blocking_part(margs, mkwargs) if route == "cpu" else ""
+        row = self._count(r, route, detail, reason, part)
         if route == "decomposed":
             with self:
-                return r.decomp(*args, **kwargs) if how == "decomposed" else r.device_only(*args, **kwargs)
+                return decomposed(*args, **kwargs)
         if route == "python_fallback":
             import importlib
             mod, _, fn = r.fb.target.partition(":")
@@ -239,11 +241,11 @@ class _Predict(TorchDispatchMode):
                     row.detail += note
         return func(*args, **kwargs)
 
-    def _count(self, r, route, detail, reason) -> None:
+    def _count(self, r, route, detail, reason, part="") -> None:
         key = (r.qualname, route, reason.kind if reason is not None else "")
         row = self.rows.get(key)
         if row is None:
-            fix = r.fix_for(reason) if reason is not None else ""
+            fix = r.fix_for(reason, part) if reason is not None else ""
             row = self.rows[key] = Row(r.qualname, route, detail, str(reason) if reason is not None else "", fix)
         row.calls += 1
         return row

@@ -102,7 +102,7 @@ def convert_quirk(rt, temps: Temps, v: View, fn, dtype, itemsize: int) -> View:
     out = View(addr, v.shape, dense_strides(v.shape), 0, dtype)
     st = launch.kernel(rt.chip, f"{getattr(fn, '__name__', 'convert')} [{rt.device_type}]", fn,
                        (v.desc(rt), out.desc(rt)))
-    if st != rt._ok:
+    if st != rt.ok:
         raise rt.error(st, getattr(fn, "__name__", "convert"))
     return out
 
@@ -217,3 +217,29 @@ def _numel(shape) -> int:
     for d in shape:
         n *= d
     return n
+
+
+# ------------------------------------------------ argument edge cases
+# When a kernel refuses a call, the route asks here for equivalent arguments
+# it may take (OpRoute.__call__): PyTorch accepts inputs a vendor kernel need
+# not handle, whose effect on the result is nil.
+
+def _drop_empty_cat_inputs(args, kwargs):
+    """cat ignores empty inputs, the legacy (0,)-shaped ones of any rank
+    included, when every input has one dtype (an empty one of another dtype
+    would still promote the result's): the kernel gets the others."""
+    tensors = args[0] if args else kwargs.get("tensors")
+    if not isinstance(tensors, (list, tuple)) or len(tensors) < 2:
+        return None
+    kept = [t for t in tensors if t.numel()]
+    if len(kept) == len(tensors) or not kept or len({t.dtype for t in tensors}) != 1:
+        return None
+    legacy = [t for t in tensors if not t.numel() and t.dim() != kept[0].dim()]
+    if any(t.shape != (0,) for t in legacy):
+        return None    # a wrong rank that is not the legacy form: PyTorch's own error, from the fallback
+    if args:
+        return (kept, *args[1:]), kwargs
+    return args, dict(kwargs, tensors=kept)
+
+
+ARGUMENT_ADAPTERS = {torch.ops.aten.cat.default: _drop_empty_cat_inputs}

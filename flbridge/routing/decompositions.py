@@ -7,6 +7,10 @@ Also ops whose device-generic (CompositeExplicitAutograd) kernel places its
 results as a device run must, which the CPU fallback cannot know: packing a
 padded sequence keeps `batch_sizes` on the CPU.
 
+And decompositions of ops that have CPU kernels but none in torch._decomp
+(ADDED): the route tries them like PyTorch's own, when their parts run on
+the chip.
+
 The RNN cells: for any non-CPU device nn.LSTM / nn.GRU / LSTMCell / GRUCell
 call the fused cell ops below (ATen's RNN.cpp); the formulas are those of
 ATen's CUDA kernels (aten/src/ATen/native/cuda/RNN.cu), including the
@@ -94,4 +98,19 @@ DEVICE_ONLY = {
     aten._thnn_fused_lstm_cell_backward_impl.default: _lstm_cell_backward,
     aten._thnn_fused_gru_cell.default: _gru_cell,
     aten._thnn_fused_gru_cell_backward.default: _gru_cell_backward,
+}
+
+
+def _weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
+    """w = g * v / ||v|| (the norm over every dim but `dim`, shaped like g):
+    the gradients of v and g (aten/src/ATen/native/WeightNorm.cpp's formulas)."""
+    dims = [d for d in range(saved_v.dim()) if d != dim]
+    grad_g = (grad_w * saved_v).sum(dims, keepdim=True) / saved_norms
+    grad_v = (saved_g / saved_norms) * (grad_w - saved_v * (grad_g / saved_norms))
+    return grad_v, grad_g
+
+
+# ops with a CPU kernel but no torch._decomp decomposition
+ADDED = {
+    aten._weight_norm_interface_backward.default: _weight_norm_interface_backward,
 }

@@ -213,7 +213,7 @@ class NativeKernel:
                 status = self.cfn(*cargs)           # launch.kernel's fast path, inlined
             else:
                 status = launch.kernel(chip, self.label, self.cfn, cargs)
-            if status != rt._ok:
+            if status != rt.ok:
                 raise rt.error(status, self.impl)
             if copybacks:
                 for tmp_view, final in copybacks:

@@ -29,9 +29,10 @@ from ..errors import FallbackWarning, UnsupportedOpError, user_stacklevel
 from ..specs import dtype_name, info, normalize
 from ..tensor import chip_of
 from ..binding import launch
+from .adapter import ARGUMENT_ADAPTERS
 from .argkeys import meta_key, to_meta
 from .cpu_fallback import cpu_fallback
-from .decompositions import DEVICE_ONLY
+from .decompositions import ADDED, DEVICE_ONLY
 from .eligibility import why_not
 from .kinds import ROUTED, kind
 from .native import NativeKernel, Prepared
@@ -57,6 +58,40 @@ _CPU_TENSOR_ARGS_OK = {aten.index.Tensor, aten.index_put.default, aten.index_put
                        aten._index_put_impl_.default, aten._pack_padded_sequence.default,
                        aten._pad_packed_sequence.default, aten._pack_padded_sequence_backward.default}
 _ACTIVE = threading.local()
+# how many decompositions deep the chain looks for ops the chip runs (an op
+# whose decomposition's part decomposes into native ops, and so on)
+MAX_DECOMPOSITION_DEPTH = 4
+
+
+def _decompositions_of(func) -> tuple:
+    """Where a decomposition of `func` may come from, in order of preference:
+    torch._decomp's table, flbridge's own (decompositions.ADDED), torch._refs
+    (for the default overload), the op's CompositeImplicitAutograd kernel."""
+    if func.namespace != "aten":
+        return ()      # prims and other namespaces: the leaves decompositions end in
+    found = []
+    for table in (decomposition_table, ADDED):
+        d = table.get(func)
+        if d is not None:
+            found.append(d)
+    if func._overloadname == "default":
+        ref = getattr(torch._refs, func._schema.name.split("::")[-1], None)
+        if callable(ref) and ref not in found:
+            found.append(ref)
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        found.append(func.decompose)
+    return tuple(found)
+
+
+def _source_name(fn) -> str:
+    mod = getattr(fn, "__module__", "") or ""
+    if mod.startswith("torch._refs"):
+        return "torch._refs"
+    if getattr(fn, "__name__", "") == "decompose":
+        return "its CompositeImplicitAutograd kernel"
+    if mod.startswith("flbridge"):
+        return "flbridge.routing.decompositions"
+    return "torch._decomp"
 
 
 def route(func, args, kwargs):
@@ -83,9 +118,10 @@ class OpRoute:
         self.fb = fb
         self.fb_native = NativeKernel(self, rt.vendor_fallbacks[func]) if func in rt.vendor_fallbacks else None
         self.fb_python = None
-        self.decomp = decomposition_table.get(func) if chip.spec.decompose else None
-        self.decomp_ok_cache: dict = {}
+        self.decomps = _decompositions_of(func) if chip.spec.decompose else ()
+        self.decomp_ok_cache: dict = {}   # meta_key -> (the decomposition that runs on the chip or None, blocker)
         self.device_only = DEVICE_ONLY.get(func)
+        self.adapt_args = ARGUMENT_ADAPTERS.get(func)
         self.seeded = torch.Tag.nondeterministic_seeded in func.tags
         self.mixed_device_ok = func in _CPU_TENSOR_ARGS_OK
         self.mutated_names = frozenset(self.opi.args[i].name for i in self.opi.mutated)
@@ -108,8 +144,24 @@ class OpRoute:
                 if out is not FAILED:
                     return out
                 return self.fallback(args, kwargs, nat.failure)
+            if self.adapt_args is not None:
+                return self._adapted(args, kwargs, p)
             return self.fallback(args, kwargs, p)
         return self.fallback(args, kwargs, self.static_reason)
+
+    def _adapted(self, args, kwargs, reason):
+        """The kernel refused: run it on equivalent arguments it may take
+        (adapter.ARGUMENT_ADAPTERS), else go down the chain."""
+        fixed = self.adapt_args(args, kwargs)
+        if fixed is not None:
+            vals = normalize(self.opi, *fixed)
+            p = self.bound.decide(vals)
+            if p.__class__ is Prepared:
+                out = self.bound.run(vals, p)
+                if out is not FAILED:
+                    return out
+                return self.fallback(args, kwargs, self.bound.failure)
+        return self.fallback(args, kwargs, reason)
 
     # ------------------------------------------------------------ chain
 
@@ -129,13 +181,15 @@ class OpRoute:
             elif fb.kind == "error":
                 return "error", (f"the spec sets fallback_policy.op_specific to 'error' for it "
                                  f"({fb.file}:{fb.line})")
-        if not self.forced and self.decomp is not None and (fb is None or fb.kind != "cpu") \
-                and self._decomposes_natively(args, kwargs):
-            return "decomposed", f"torch._decomp ({reason})"
+        if not self.forced and self.decomps and (fb is None or fb.kind != "cpu"):
+            fn = self.decomposition(args, kwargs)
+            if fn is not None:
+                return "decomposed", f"{_source_name(fn)} ({reason})"
         if self.device_only is not None and not self.forced:
             return "device_decomposed", f"flbridge.routing.decompositions ({reason})"
         if CONFIG.fallback and (self.chip.spec.fallback_default == "cpu" or (fb is not None and fb.kind == "cpu")):
-            return "cpu", str(reason)
+            blocker = self.decomposition_blocker(args, kwargs) if not self.forced else ""
+            return "cpu", f"{reason}; its decomposition needs {blocker}" if blocker else str(reason)
         return "error", ("FLBRIDGE_FALLBACK=0 disables the CPU fallback" if not CONFIG.fallback else
                          f"the spec's fallback_policy.default is 'error' ({self.chip.spec.file})")
 
@@ -173,7 +227,7 @@ class OpRoute:
             s.route(self.qualname, "decomposed", reason.kind, detail)
             if kind == "decomposed":
                 self._note(reason, "decomposing it into ops the chip runs natively")
-                return self.decomp(*args, **kwargs)
+                return self.decomposition(args, kwargs)(*args, **kwargs)
             # no CPU kernel exists: flbridge's decomposition, whatever its parts' routes
             self._note(reason, "decomposing it (PyTorch has no CPU kernel for it)")
             return self.device_only(*args, **kwargs)
@@ -197,11 +251,14 @@ class OpRoute:
             except Exception:  # noqa: BLE001 - arguments a failed call left unusable: say what the route said
                 p = None
             reason = p if isinstance(p, Reason) else (self.bound.failure or reason)
-        return reason.kind, reason.text, self.fix_for(reason)
+        blocker = self.decomposition_blocker(args, kwargs) if not self.forced else ""
+        text = f"{reason.text}; its decomposition needs {blocker}" if blocker else reason.text
+        return reason.kind, text, self.fix_for(reason, self.blocking_part(args, kwargs) if blocker else "")
 
-    def fix_for(self, reason: Reason) -> str:
+    def fix_for(self, reason: Reason, part: str = "") -> str:
         """What would let this op run natively, for `reason`: the Reason's own
-        fix, spelled out for a missing kernel or a dtype the chip cannot hold."""
+        fix, spelled out for a missing kernel or a dtype the chip cannot hold;
+        `part`: the op that keeps its decomposition off the chip."""
         fix = reason.fix
         if reason.kind == "no_kernel" and not self.forced:
             fix = (f"{fix} (a vendor function that computes it), e.g. "
@@ -210,6 +267,8 @@ class OpRoute:
         elif not fix and reason.kind == "dtype":
             held = ", ".join(dtype_name(d) for d in self.chip.runtime.dtype_codes)
             fix = f"keep it in a dtype {self.chip.device_type} holds ({held}), or run it on the CPU tensors yourself"
+        if part:
+            fix = f"{fix}; or give the chip {part}, which is what keeps its decomposition off the chip"
         return fix
 
     def _note(self, reason: Reason, action: str) -> None:
@@ -258,46 +317,126 @@ class OpRoute:
 
     # ---------------------------------------------------- decomposition
 
-    def _decomposes_natively(self, args, kwargs) -> bool:
-        """Whether the decomposition's parts all run natively.  Cached per
-        geometry and scalar *types*: each part's own route re-checks its
-        call, so a decision reused for another scalar value can cost a
-        fallback but never an invalid call."""
+    def decomposition(self, args, kwargs):
+        """The decomposition that runs this call on the chip, or None.  One
+        qualifies when every op it calls runs natively, by a vendor fallback,
+        or by a decomposition of its own that qualifies in turn (at most
+        MAX_DECOMPOSITION_DEPTH levels).  Sources, in order: torch._decomp's
+        table, torch._refs, the op's CompositeImplicitAutograd kernel.
+        Decided once per geometry and scalar *types* (each part's own route
+        re-checks its call, so a decision reused for another scalar value
+        can cost a fallback but never an invalid call)."""
+        if not self.decomps:
+            return None
         try:
             key = meta_key(args, kwargs)
         except TypeError:
-            return False
-        ok = self.decomp_ok_cache.get(key)
-        if ok is None:
+            return None
+        hit = self.decomp_ok_cache.get(key)
+        if hit is None:
+            return self._decide_decomposition(args, kwargs, key, 0)[0]
+        return hit[0]
+
+    def blocking_part(self, args, kwargs) -> str:
+        """The op whose absence keeps this call's decomposition off the chip
+        (its qualified name; "" if a decomposition runs or none exists)."""
+        b = self.decomposition_blocker(args, kwargs)
+        return b.split(" (", 1)[0] if "::" in b.split(" (", 1)[0] else ""
+
+    def decomposition_blocker(self, args, kwargs) -> str:
+        """Why no decomposition runs this call on the chip: the first part
+        that kept it off, with why ("" if one runs, or the op has none)."""
+        if not self.decomps:
+            return ""
+        try:
+            key = meta_key(args, kwargs)
+        except TypeError:
+            return ""
+        hit = self.decomp_ok_cache.get(key)
+        if hit is None:
+            hit = self._decide_decomposition(args, kwargs, key, 0)
+        return hit[1]
+
+    def _decide_decomposition(self, args, kwargs, key, depth: int):
+        """(the decomposition or None, the blocker, whether the depth bound
+        decided it); cached unless the bound did (a shallower caller may see
+        further)."""
+        visiting = _ACTIVE.__dict__.setdefault("decomposing", set())
+        mine = (id(self.chip), self.func)
+        if mine in visiting:
+            return None, f"{self.qualname} again (a loop)", False
+        visiting.add(mine)
+        try:
+            found, blocker, limited = None, "", False
+            for fn in self.decomps:
+                why, cut = self._trace_decomposition(fn, args, kwargs, depth)
+                if why is None:
+                    found = fn
+                    break
+                blocker, limited = blocker or why, limited or cut
+        finally:
+            visiting.discard(mine)
+        if found is not None or not limited:
             if len(self.decomp_ok_cache) > 1024:
                 self.decomp_ok_cache.clear()
-            ok = self.decomp_ok_cache[key] = self._trace_decomposition(args, kwargs)
-        return ok
+            self.decomp_ok_cache[key] = (found, "" if found is not None else blocker)
+        return found, ("" if found is not None else blocker), limited and found is None
 
-    def _trace_decomposition(self, args, kwargs) -> bool:
-        """Runs the decomposition on meta tensors, recording each op it
-        calls; it qualifies if the chip takes every one of them natively."""
+    def _trace_decomposition(self, fn, args, kwargs, depth: int):
+        """Runs one decomposition on meta tensors, recording each op it
+        calls, and checks each: (None if it qualifies, else the part that
+        did not; whether the depth bound decided it)."""
         chip = self.chip
         rec = _Record()
         try:
             margs, mkwargs = to_meta(args), to_meta(kwargs)
             with rec:
-                self.decomp(*margs, **mkwargs)
-        except Exception:  # noqa: BLE001 - a decomposition that does not trace does not qualify
-            return False
-        calls = rec.calls
-        if not calls:
-            return False
-        for func, a, kw in calls:
+                fn(*margs, **mkwargs)
+        except Exception as e:  # noqa: BLE001 - a decomposition that does not trace does not qualify
+            return f"a decomposition that does not trace ({type(e).__name__})", False
+        if not rec.calls:
+            return "a decomposition that calls no op", False
+        for func, a, kw in rec.calls:
             if func is self.func:
-                return False
+                return f"{self.qualname} itself", False
             if kind(func) != ROUTED:
                 continue  # views, allocation and other metadata ops
-            nat = chip.routes.get(func)
-            if nat is None:
-                nat = chip.routes[func] = OpRoute(chip, func)
-            if nat.bound is None or nat.forced:
-                return False
-            if why_not(nat.bound, normalize(nat.opi, a, kw), meta=True) is not None:
-                return False
-        return True
+            part = chip.routes.get(func)
+            if part is None:
+                part = chip.routes[func] = OpRoute(chip, func)
+            why = part.native_reason(a, kw)
+            if why is None:
+                continue
+            if depth + 1 >= MAX_DECOMPOSITION_DEPTH:
+                return f"{part.qualname} ({why}), more than {MAX_DECOMPOSITION_DEPTH} decompositions deep", True
+            deeper, cut = "", False
+            if part.decomps and not part.forced:
+                try:
+                    pkey = meta_key(a, kw)
+                except TypeError:
+                    pkey = None
+                hit = part.decomp_ok_cache.get(pkey) if pkey is not None else (None, "")
+                if hit is None:
+                    found, deeper, cut = part._decide_decomposition(a, kw, pkey, depth + 1)
+                else:
+                    found, deeper = hit
+                if found is not None:
+                    continue
+            return f"{part.qualname} ({why})" + (f", whose decomposition needs {deeper}" if deeper else ""), cut
+        return None, False
+
+    def native_reason(self, args, kwargs):
+        """None if this call (on meta stand-ins) runs on the chip itself, by
+        its kernel or a vendor fallback; else why not (a short text)."""
+        if self.forced:
+            return "forced to the CPU"
+        vals = normalize(self.opi, args, kwargs)
+        if self.bound is not None:
+            r = why_not(self.bound, vals, meta=True)
+            if r is None:
+                return None
+        else:
+            r = self.static_reason
+        if self.fb_native is not None and why_not(self.fb_native, vals, meta=True) is None:
+            return None
+        return str(r)

@@ -72,8 +72,8 @@ def scaffold(header_path: str | Path, so_path: str | Path, name: str, *, vendor:
     Paths in the spec are relative to `out_dir` when given, else absolute."""
     import cffi
 
-    from ..specs import DEVICE_TYPE as _DEVICE_TYPE
-    if not _DEVICE_TYPE.match(name):
+    from ..specs import DEVICE_TYPE
+    if not DEVICE_TYPE.match(name):
         raise FlbridgeError(f"--name {name!r} must look like 'xpu:<name>' (lowercase letters, digits, '-', '_')")
     header_path, so_path = Path(header_path).resolve(), Path(so_path).resolve()
     header = load_header(header_path)       # HeaderError with file:line when it cannot be read
