@@ -272,6 +272,11 @@ class IntegrationError(FlbridgeError, RuntimeError):
         super().__init__(message)
 
 
+class IntegrationWarning(UserWarning):
+    """A training library's setting that fl cannot honour was changed to one
+    it can (the message says which, and why)."""
+
+
 class AutocompareWarning(UserWarning):
     """An op's result on a chip differs from the CPU's (said once per op)."""
 

@@ -25,7 +25,10 @@ own code whenever fl is not concerned:
   answers "cpu" for fl (its only uses there are those checks: the CPU's bf16
   path is fl's; fp16 is off), then fp16 gets what the tuple's devices get:
   native autocast and a GradScaler for fl.  A chip whose spec lacks the
-  dtype is refused there, with the fix.
+  dtype is refused there, with the fix.  DDP's `find_unused_parameters`
+  (transformers turns it on for its models) is turned off, with a warning:
+  torch 2.13's reducer needs a pinned-memory allocator for it on a
+  PrivateUse1 device, which a Python backend cannot register.
 * transformers.training_args: `TrainingArguments.device` falls back to
   "cpu" (or the environment variable) after accelerate chose; on fl it takes
   accelerate's device.  `bf16=True` is checked with
@@ -36,11 +39,12 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 
 import torch
 
 from ..devices import chip_for, current_device
-from ..errors import IntegrationError
+from ..errors import IntegrationError, IntegrationWarning
 from . import ranks
 
 BACKEND = "flccl"
@@ -123,6 +127,17 @@ def on_accelerator(module) -> None:
             return
         precision = self.state.mixed_precision
         _check_dtype(dev, precision)
+        handler = self.ddp_handler
+        if handler is not None and handler.find_unused_parameters and self.distributed_type != DistributedType.NO:
+            # torch 2.13's DDP reducer all-reduces its unused-parameter map through pinned host memory on
+            # a PrivateUse1 device, and a Python backend cannot provide a pinned allocator
+            handler.find_unused_parameters = False
+            warnings.warn(
+                "flbridge: DistributedDataParallel(find_unused_parameters=True) cannot run on fl with torch 2.13 "
+                "(its reducer needs a pinned-memory allocator for the device, which a Python backend cannot "
+                "register); running with find_unused_parameters=False. A model whose forward leaves parameters "
+                "unused then fails in DDP: freeze them (requires_grad=False) or use them.",
+                IntegrationWarning, stacklevel=2)
         if precision == "fp16" and self.distributed_type not in (DistributedType.DEEPSPEED,
                                                                  DistributedType.MEGATRON_LM):
             # what the constructor gives the devices in its fp16 tuple

@@ -98,6 +98,8 @@ INTEGRATIONS = (
     ("accelerate.state", "accelerate", "on_state"),
     ("accelerate.accelerator", "accelerate", "on_accelerator"),
     ("transformers.training_args", "accelerate", "on_training_args"),
+    ("lightning.pytorch.trainer.connectors.accelerator_connector", "lightning", "on_connector"),
+    ("pytorch_lightning.trainer.connectors.accelerator_connector", "lightning", "on_connector"),
 )
 
 
