@@ -16,6 +16,7 @@ plain PyTorch that every rank's parameters must match.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import statistics
 import tempfile
@@ -35,7 +36,7 @@ PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float
 @dataclass
 class DSConfig:
     device: str = "xpu:th1"       # chip by spec name, the same type on every rank
-    model: str = "gpt"            # cnn | gpt (flbridge.demos.ddp's models)
+    model: str = "cnn"            # cnn | gpt (flbridge.demos.ddp's models)
     stage: int = 2                # ZeRO stage
     steps: int = 3
     batch: int = 8                # global batch, split evenly over the ranks
@@ -208,22 +209,35 @@ def _checkpoint_round_trip(engine, cfg: DSConfig, rank: int, world: int, conf: d
 
 # -------------------------------------------------------------- reference
 
-def reference(cfg: DSConfig, steps: int | None = None) -> list:
+def reference(cfg: DSConfig, steps: int | None = None, rounding: list | None = None) -> list:
     """One process on the CPU, float32, the global batch, the same steps, in
     plain PyTorch: what DeepSpeed's config means (AdamW or SGD with weight
     decay, gradient clipping by the global norm).  `steps`: how many (default
-    cfg.steps; fewer when fp16 loss scaling skipped some)."""
+    cfg.steps; fewer when fp16 loss scaling skipped some).  `rounding`: a
+    list to append, per step, how far the same gradient computed in
+    cfg.precision on the CPU lies from the float32 one (its largest element
+    difference, scaled as clipping scales the gradient)."""
     model = build_model(cfg.model, seed=0)   # rank 0's initial values, which DeepSpeed broadcasts
     if cfg.optimizer == "SGD":
         opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     else:   # DeepSpeed's "Adam" is AdamW (adam_w_mode defaults to true), fused or torch's
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     x, y = global_batch(cfg.model, cfg.batch)
+    low = PRECISIONS[cfg.precision]
     for _ in range(cfg.steps if steps is None else steps):
+        lp = None
+        if rounding is not None:
+            lp = copy.deepcopy(model).to(low)
+            loss_of(lp, cfg.model, x.to(low) if x.is_floating_point() else x, y).backward()
         opt.zero_grad()
         loss_of(model, cfg.model, x, y).backward()
+        scale = 1.0
         if cfg.clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+            norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip))
+            scale = min(1.0, cfg.clip / (norm + 1e-6))
+        if lp is not None:
+            rounding.append(scale * max((a.grad.float() - b.grad / scale).abs().max().item()
+                                        for a, b in zip(lp.parameters(), model.parameters())))
         opt.step()
     return [p.detach().clone() for p in model.parameters()]
 
@@ -270,6 +284,11 @@ def run_deepspeed_demo(nproc: int = 2, steps: int = 4, device=None, batch: int =
 
     from ..devices import chip_for, current_device
 
+    import importlib.util
+    if importlib.util.find_spec("deepspeed") is None:
+        out("the DeepSpeed demo needs DeepSpeed: pip install deepspeed==0.19.8 (nothing is compiled: "
+            "DS_BUILD_OPS=0, the default)")
+        return 1
     flbridge.init()
     if not flbridge.chips():
         out("no fl devices: set FLBRIDGE_DEVICE_DIR to a folder of device specs")
@@ -278,12 +297,12 @@ def run_deepspeed_demo(nproc: int = 2, steps: int = 4, device=None, batch: int =
     if batch % nproc:
         out(f"the global batch ({batch}) must split evenly over {nproc} processes")
         return 1
-    cfg = DSConfig(device=chip.device_type, model="gpt", stage=stage, steps=steps, batch=batch, quiet=True)
+    cfg = DSConfig(device=chip.device_type, model="cnn", stage=stage, steps=steps, batch=batch, quiet=True)
     s = chip.spec
-    out(f"flbridge demo: DeepSpeed ZeRO stage {stage}, TinyGPT, {nproc} processes, {steps} steps of "
-        f"DeepSpeed's Adam (its fused step runs on the chip) with gradient clipping, global batch {batch}, each "
-        f"rank on {chip.device_type} ({s.vendor} {s.chip_model}), backend flccl; beside one CPU process in "
-        f"plain PyTorch (AdamW, clip_grad_norm_) on the global batch\n")
+    out(f"flbridge demo: DeepSpeed ZeRO stage {stage}, SmallCNN (GroupNorm), {nproc} processes, {steps} steps "
+        f"of DeepSpeed's Adam (its fused step runs on the chip) with gradient clipping, global batch {batch}, "
+        f"each rank on {chip.device_type} ({s.vendor} {s.chip_model}), backend flccl; beside one CPU process "
+        f"in plain PyTorch (AdamW, clip_grad_norm_) on the global batch\n")
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", flbridge.FallbackWarning)

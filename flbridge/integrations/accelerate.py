@@ -29,9 +29,9 @@ own code whenever fl is not concerned:
   (transformers turns it on for its models) is turned off, with a warning:
   torch 2.13's reducer needs a pinned-memory allocator for it on a
   PrivateUse1 device, which a Python backend cannot register.
-* transformers.training_args: `TrainingArguments.device` falls back to
-  "cpu" (or the environment variable) after accelerate chose; on fl it takes
-  accelerate's device.  `bf16=True` is checked with
+* transformers.training_args: `TrainingArguments.device`
+  (`_setup_devices`) falls back to "cpu" (or the environment variable) after
+  accelerate chose; on fl it takes accelerate's device.  `bf16=True` is checked with
   `is_torch_bf16_gpu_available()`, which knows CUDA-like devices only: with
   fl it passes, and the Accelerator checks the chip's spec (above).
 """

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import torch
 
-from ..devices import chip_at, current_device, usable_chips
+from ..devices import chip_at, current_device, lazy_init, usable_chips
 
 
 def same_type_chips() -> list:
     """The usable chips of the current chip's type, in index order."""
+    lazy_init()
     cur = chip_at(current_device())
     chips = usable_chips()
     if cur is None:
