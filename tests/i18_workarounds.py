@@ -58,7 +58,7 @@ def _wrap_initialize(deepspeed) -> None:
         if model is not None and type(deepspeed.get_accelerator()).__name__ == "FL_Accelerator":
             torch.__future__.set_swap_module_params_on_conversion(True)
             model.to(torch.device("fl", torch.fl.current_device()))
-            torch.__future__.set_swap_module_params_on_conversion(False)
+        torch.__future__.set_swap_module_params_on_conversion(False)   # also DeepSpeed on the CPU
         return orig(*args, model=model, **kw)
 
     initialize._i18_workaround = True
