@@ -130,7 +130,18 @@ def test_replay_refreshes_a_static_input_written_on_the_host(x1v2):
 def test_a_whole_training_step_replays_like_the_cpu(anychip):
     """Forward, backward and AdamW(capturable=True).step() captured as one
     graph (torch.cuda's whole-network capture recipe): every replay is one
-    more optimizer step, and the parameters follow the CPU's step for step."""
+    more optimizer step, and the parameters follow the CPU's step for step.
+
+    How close: AdamW divides each step by sqrt(v) + eps.  With the default
+    eps=1e-8, a gradient that is rounding noise (1e-10, where the CPU's and
+    the chip's summation orders differ, and the CPU's own order depends on
+    the kernels it picks for the machine) becomes a step of up to lr: 4
+    steps of lr=1e-3 put parameters 1.07e-5 apart on an AVX-512 CPU, 2e-6 to
+    4.9e-6 on others.  eps=1e-6 bounds that amplification at lr * noise / eps
+    (1e-7 for noise 1e-10); measured, the largest difference falls to
+    7.7e-7 under every ATEN_CPU_CAPABILITY and simulator build, 13x inside
+    atol=1e-5, while a wrong kernel still moves parameters by about lr per
+    step."""
     from flbridge.demos.models import TinyGPT, token_batch
     prev = torch.fl.current_device()
     torch.fl.set_device(anychip)
@@ -138,8 +149,8 @@ def test_a_whole_training_step_replays_like_the_cpu(anychip):
         torch.manual_seed(0)
         cpu = TinyGPT()
         model = copy.deepcopy(cpu).to(anychip)
-        opt_c = torch.optim.AdamW(cpu.parameters(), lr=1e-3)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=True)
+        opt_c = torch.optim.AdamW(cpu.parameters(), lr=1e-3, eps=1e-6)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, eps=1e-6, capturable=True)
         idx, tgt = token_batch(8, 24)
         static_idx, static_tgt = idx.to(anychip), tgt.to(anychip)
 
@@ -174,7 +185,8 @@ def test_a_whole_training_step_replays_like_the_cpu(anychip):
         for k in ("h2d_bytes", "d2h_bytes", "cpu_fallback_ops"):             # vendor calls only
             assert after[k] == before[k], k
         for (name, a), b in zip(cpu.named_parameters(), model.parameters()):
-            torch.testing.assert_close(b.detach().cpu(), a.detach(), rtol=1e-4, atol=1e-5, msg=name)
+            torch.testing.assert_close(b.detach().cpu(), a.detach(), rtol=1e-4, atol=1e-5,
+                                       msg=lambda m, name=name: f"{name}: {m}")
         ref = cpu(idx, tgt)[1]
         g.replay()                                                # static_loss is the replayed forward's
         torch.testing.assert_close(static_loss.cpu(), ref.detach(), rtol=1e-4, atol=1e-5)

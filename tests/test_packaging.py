@@ -41,3 +41,30 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_doctor_and_the_demo(tmp_path):
         r = subprocess.run([str(venv / "bin" / "flbridge"), *cmd], capture_output=True, text=True, cwd=tmp_path,
                            env=env, timeout=600)
         assert r.returncode == 0, (cmd, r.stdout[-3000:], r.stderr[-3000:])
+
+
+def _test_extra() -> list:
+    import re
+    import tomllib
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    return [re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0] for req in extra]
+
+
+def test_every_package_of_the_test_extra_imports_beside_this_torch():
+    """The test extra installs nothing that breaks other libraries: a
+    package that cannot load beside the local CPU torch (torchvision's PyPI
+    wheel, whose C extension does not load, then breaks `import
+    transformers`) is not in it, and each one it names imports here."""
+    from importlib import import_module
+    from importlib.metadata import PackageNotFoundError, packages_distributions
+    modules = {}
+    for mod, dists in packages_distributions().items():
+        for d in dists:
+            modules.setdefault(d.lower().replace("_", "-"), []).append(mod)
+    names = _test_extra()
+    assert "torchvision" not in names
+    for name in names:
+        mods = [m for m in modules.get(name.lower(), []) if not m.startswith("_")]
+        if not mods:
+            raise PackageNotFoundError(f"{name} (in the test extra) is not installed: pip install -e '.[test]'")
+        import_module(sorted(mods, key=len)[0])

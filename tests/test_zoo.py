@@ -1,7 +1,7 @@
-"""Real models, unchanged, on every chip against the CPU: torchvision's
-resnet18 and mobilenet_v3_small (inference and a training step), a GPT with
-a tied embedding trained 20 steps, and an LSTM tagger.  Random weights;
-nothing is downloaded.
+"""Real models, unchanged, on every chip against the CPU: ResNet-18 and
+MobileNetV3-Small as their papers define them (tests/zoo_models.py;
+inference and a training step), a GPT with a tied embedding trained 20
+steps, and an LSTM tagger.  Random weights; nothing is downloaded.
 
 How close is close enough for the vision models: a chip sums in other
 orders than the CPU (blocked GEMM, NHWC convolution, its own reductions), so
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 import flbridge
 from flbridge.demos.models import TinyGPT, token_batch
-from tests.zoo_helpers import import_torchvision
+from tests.zoo_models import MODELS
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +63,7 @@ def _pristine(name, dtype):
     activations, and dropout off (a chip draws its own random numbers, so
     dropout masks differ from the CPU's by design, as on CUDA)."""
     torch.manual_seed(0)
-    model = getattr(import_torchvision().models, name)(num_classes=10)
+    model = MODELS[name](num_classes=10)
     for m in model.modules():
         if isinstance(m, nn.Dropout):
             m.p = 0.0
