@@ -1,18 +1,19 @@
 """DDP and DeepSpeed ZeRO-2 on 2 processes: time per step and bytes moved,
 fl against the CPU, side by side in one run.
 
-    python bench/bench_ddp.py [--steps 6] [--model cnn|gpt|both] [--no-zero]
+    python bench/bench_ddp.py [--steps 6] [--model cnn|gpt|both] [--no-zero] [--cpu-zero2]
 
 For each model (the demo's CNN on xpu:x1-v2, the small GPT on xpu:th1) it
-runs the same 2-rank SGD training five ways, each a fresh pair of
+runs the same 2-rank SGD training four (five) ways, each a fresh pair of
 processes (flbridge.demos.ddp.run_ranks, flbridge.demos.deepspeed.run_ranks):
 
   cpu gloo     DDP, the model on the CPU, init_process_group("gloo"): the baseline
   fl host      DDP, fl tensors, backend flccl, every collective staged through gloo
   fl vendor    DDP, fl tensors, backend flccl, the chip's collectives library
-  cpu zero2    DeepSpeed ZeRO stage 2 on DeepSpeed's CPU accelerator (gloo); its
-               first run compiles DeepSpeed's shared-memory comm op (cached after)
-  fl zero2     DeepSpeed ZeRO stage 2 on fl (`import flbridge`), flccl
+  cpu zero2    (--cpu-zero2) DeepSpeed ZeRO stage 2 on DeepSpeed's CPU accelerator
+               (gloo); DeepSpeed compiles its shared-memory comm op for it on the
+               first run (minutes; cached after), so it is not run by default
+  fl zero2     DeepSpeed ZeRO stage 2 on fl (`import flbridge`), flccl; nothing compiled
 
 and prints, per rank 0 and per step (the first step, which makes every
 routing decision, is left out of the times):
@@ -125,6 +126,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--model", choices=("cnn", "gpt", "both"), default="both")
     ap.add_argument("--no-zero", action="store_true", help="DDP only (no DeepSpeed rows)")
+    ap.add_argument("--cpu-zero2", action="store_true",
+                    help="also ZeRO-2 on DeepSpeed's CPU accelerator (compiles DeepSpeed's shm comm op once)")
     a = ap.parse_args()
     models = ("cnn", "gpt") if a.model == "both" else (a.model,)
     for model in models:
@@ -139,7 +142,8 @@ def main() -> int:
             # the same SGD steps (no clipping, no weight decay) under ZeRO-2: DeepSpeed's engine in place of DDP
             zero = DSConfig(device=device, model=model, stage=2, steps=a.steps, batch=8, optimizer="SGD",
                             lr=base.lr, weight_decay=0.0, clip=0.0, checkpoint=False, quiet=True)
-            rows["cpu zero2"] = measure(replace(zero, cpu=True))
+            if a.cpu_zero2:
+                rows["cpu zero2"] = measure(replace(zero, cpu=True))
             rows["fl zero2"] = measure(zero)
         ref = rows["cpu gloo"]
         print(f"\n{model} on {device}: 2 processes, {a.steps} SGD steps, global batch 8 (rank 0, per step)")

@@ -16,7 +16,9 @@ plain PyTorch that every rank's parameters must match.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import io
 import os
 import statistics
 import tempfile
@@ -193,7 +195,8 @@ def _checkpoint_round_trip(engine, cfg: DSConfig, rank: int, world: int, conf: d
     folder = Path(cfg.out) / "checkpoint"
     engine.save_checkpoint(str(folder), tag="demo")
     deepspeed.comm.barrier()
-    fp32 = get_fp32_state_dict_from_zero_checkpoint(str(folder), tag="demo")
+    with contextlib.redirect_stdout(io.StringIO()):   # it prints what it reads
+        fp32 = get_fp32_state_dict_from_zero_checkpoint(str(folder), tag="demo")
     master = [fp32[name].float().clone() for name, _ in engine.module.named_parameters()]
     fresh_model = build_model(cfg.model, seed=1234)
     fresh, *_ = deepspeed.initialize(model=fresh_model, model_parameters=fresh_model.parameters(), config=conf)

@@ -16,7 +16,7 @@ elif sys.argv[1] == "after":
     import flbridge  # noqa: F401,F811
 else:
     os.environ["DS_ACCELERATOR"] = "cpu"    # flbridge leaves DeepSpeed's choice alone
-    import deepspeed
+    import deepspeed  # noqa: F401
     import flbridge  # noqa: F401,F811
     from deepspeed.accelerator import set_accelerator
 

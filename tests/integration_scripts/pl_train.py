@@ -7,14 +7,13 @@ Options: chip (a spec name made current first), trainer (Trainer keywords),
 epochs, checkpoint (save one per epoch into <out>/ckpt), resume (a
 checkpoint file to continue from)."""
 import json
-import os
 import sys
 import warnings
 from pathlib import Path
 
 import torch
 
-import flbridge  # the one line a CUDA script adds
+import flbridge  # noqa: F401 - the one line a CUDA script adds
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import i18_workarounds  # noqa: E402  (until issue 18's fixes are merged)
