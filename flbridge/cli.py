@@ -3,6 +3,7 @@
     flbridge demo [--steps N] [--batch N] [--device NAME]   train a small CNN on a chip, beside the CPU
     flbridge demo --model gpt                                 the same with a small GPT (tied embedding)
     flbridge demo --graph                                     inference eager and by FLGraph replay
+    flbridge demo --compile                                   a small GPT trained with torch.compile(backend="fl")
     flbridge demo --nproc 2                                   the same under DDP on 2 processes (flccl)
     flbridge demo --deepspeed [--nproc 2]                     DeepSpeed ZeRO-2 on 2 processes, beside the CPU
     flbridge validate [--static] PATH...                      check specs (and load their runtimes)
@@ -131,6 +132,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="what to train: cnn (SmallCNN, default) or gpt (TinyGPT, a small language model)")
     d.add_argument("--graph", action="store_true",
                    help="instead: a transformer's inference eager and by torch.fl.FLGraph replay, beside the CPU")
+    d.add_argument("--compile", action="store_true",
+                   help="instead: a small GPT trained with torch.compile(model, backend=\"fl\"), beside the CPU")
     d.add_argument("--nproc", type=_positive, default=None,
                    help="processes: above 1, DistributedDataParallel over that many ranks (flccl backend); "
                         "with --deepspeed, its ranks (default 2)")
@@ -194,6 +197,9 @@ def _run(a) -> int:
     if a.cmd == "scaffold":
         from .tools.scaffold import scaffold_command
         return scaffold_command(a.header, a.so, a.name, vendor=a.vendor, model=a.model, output=a.output)
+    if a.compile:
+        from .demos.compile import run_compile_demo
+        return run_compile_demo(steps=a.steps, device=a.device, batch=a.batch if a.batch != 16 else 8)
     if a.graph:
         from .demos.graph import run_graph_demo
         return run_graph_demo(device=a.device, batch=a.batch if a.batch != 16 else 8)

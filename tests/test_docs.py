@@ -55,7 +55,8 @@ TIMEOUT = 600
 # pages whose sh and python blocks another test runs, in order, in an empty folder
 RUN_ELSEWHERE = {"docs/vendor-guide.md": "tests/test_vendor_guide.py"}
 # pages whose python blocks take too long for the default suite (CPU seconds measured)
-SLOW_DOCS = {"docs/observability.md": "profiles and autocompares several steps: 9 s"}
+SLOW_DOCS = {"docs/observability.md": "profiles and autocompares several steps: 9 s",
+             "docs/compile.md": "compiles (Dynamo, AOTAutograd) a model, an optimizer step and a function: 10 s"}
 
 
 @dataclass

@@ -4,6 +4,7 @@ runs `flbridge doctor` and the demo."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -16,12 +17,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_a_wheel_installed_in_a_fresh_venv_runs_doctor_and_the_demo(tmp_path):
+    # built from a copy of the tracked files: a build writes flbridge.egg-info beside the sources, which
+    # would shadow the installed metadata (entry points) for everything run from the checkout
+    src = tmp_path / "src"
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for f in files:
+        if (ROOT / f).is_file():
+            (src / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / f, src / f)
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
-                        str(tmp_path / "dist"), str(ROOT)], capture_output=True, text=True, timeout=900)
+                        str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     (wheel,) = (tmp_path / "dist").glob("flbridge-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    sources = {str(p.relative_to(ROOT)) for p in (ROOT / "flbridge").rglob("*.py")}
+    sources = {f for f in files if f.startswith("flbridge/") and f.endswith(".py")}
     assert sources <= names, sorted(sources - names)
     assert any(n.endswith("device_specs/x1.yaml") for n in names)
     assert any(n.endswith(".so") for n in names)

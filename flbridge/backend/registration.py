@@ -145,5 +145,7 @@ def register() -> None:
     torch.__future__.set_swap_module_params_on_conversion(True)
     checkpoint.register()
     from .. import amp  # autocast kernels, torch.fl.amp, get_amp_supported_dtype
+    from ..compiler.backend import install as install_compile
     amp.install(FL_MODULE)
+    install_compile()   # torch.compile on fl: the default backend's routing, Dynamo's skip list
     devices.mark_registered()

@@ -16,7 +16,7 @@ import threading
 
 import torch
 
-from ..tensor import XPUTensor
+from ..tensor import XPUTensor, traceable
 from ..binding.launch import WATCH
 from . import collectives as c10d_ops
 from . import failsafe
@@ -45,17 +45,24 @@ def dispatch(cls, func, types, args=(), kwargs=None):
                     return r(args, kwargs or {})
         elif h is None:
             h = _HANDLERS[func] = _handler(func)
+        if _TRACING.seen and traceable.any_traced(args, kwargs):
+            return traceable.trace_dispatch(func, args, kwargs)
         return h(func, args, kwargs or {})
     except Exception as err:  # noqa: BLE001 - raised here, or at the end of a backward pass
         return failsafe.defer(err, func, args, kwargs)
 
 
 _THREAD = threading.local()
+# torch.compile tracing: XPUTensors over fake stand-ins (flbridge.tensor.traceable);
+# the fast path reaches trace_dispatch through their sentinel Storage
+_TRACING = traceable.STATE
 
 
 def _watched(func, args, kwargs):
     """dispatch() while observers are attached (flbridge.binding.launch.attach):
     each sees the op around its run (autocompare, logging)."""
+    if _TRACING.seen and traceable.any_traced(args, kwargs):
+        return traceable.trace_dispatch(func, args, kwargs)
     h = _HANDLERS.get(func)
     if h is None:
         h = _HANDLERS[func] = _handler(func)
@@ -124,6 +131,9 @@ def _handler(func):
 
 
 def install(cls) -> None:
-    """Makes dispatch() the ``__torch_dispatch__`` of `cls` (XPUTensor).
-    Called once, when the fl device is registered (flbridge.backend)."""
+    """Makes dispatch() the ``__torch_dispatch__`` of `cls` (XPUTensor), and
+    gives it the traceable-subclass protocol torch.compile needs
+    (flbridge.tensor.traceable).  Called once, when the fl device is
+    registered (flbridge.backend)."""
     cls.__torch_dispatch__ = classmethod(dispatch)
+    traceable.install()

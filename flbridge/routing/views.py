@@ -118,6 +118,7 @@ def inplace_view(func, args, kwargs):
     d.pop("_dd", None)
     d.pop("_k", None)
     d.pop("_hv", None)
+    d.pop("_fl", None)
     with torch.utils._mode_utils.no_dispatch():
         prev = torch._C._meta_in_tls_dispatch_include()
         torch._C._set_meta_in_tls_dispatch_include(True)

@@ -89,7 +89,7 @@ class XPUTensor(torch.Tensor):
         if self.grad is not None:
             new.grad = copy.deepcopy(self.grad, memo)
         for k, v in self.__dict__.items():
-            if k not in ("_st", "_d", "_dd", "_k", "_hv"):
+            if k not in ("_st", "_d", "_dd", "_k", "_hv", "_fl"):
                 setattr(new, k, copy.deepcopy(v, memo))
         memo[id(self)] = new
         return new
@@ -183,6 +183,7 @@ def set_geometry(t: XPUTensor, shape, strides, offset) -> None:
     t.__dict__.pop("_dd", None)
     t.__dict__.pop("_k", None)
     t.__dict__.pop("_hv", None)
+    t.__dict__.pop("_fl", None)   # torch.compile's stand-in (flbridge.tensor.traceable)
     src = torch.Tensor._make_wrapper_subclass(XPUTensor, shape, strides=strides, storage_offset=offset,
                                               dtype=t.dtype, device=t.device)
     with torch.utils._mode_utils.no_dispatch():

@@ -1,0 +1,339 @@
+"""torch.compile on fl, side by side with eager, graph replay and the CPU.
+
+    python bench/bench_compile.py [--rounds 9] [--chips xpu:x1,xpu:th1] [--skip-hf] [--hf-only] [--cpu-time]
+
+(--cpu-time: time per iteration as this process's CPU time, not wall
+time: on a machine shared with other jobs the wall time of a 1 ms step
+depends on the scheduler more than on the code.  The simulators and torch
+run on this process's one thread either way; first calls are wall time.)
+
+Part 1, for each chip, in one process, interleaved round by round (torch at
+one thread, as the simulators run one):
+
+  encoder fwd     a 2-layer nn.TransformerEncoder (d_model 64, 4 heads, FFN
+                  128, batch 8 x 32 tokens), inference, PyTorch's fused fast
+                  path off (as in bench_models.py)
+  gpt train step  flbridge.demos.models.TinyGPT (batch 8 x 24 tokens):
+                  zero_grad, forward, cross-entropy, backward, AdamW step
+
+each run as
+
+  cpu             eager on the CPU (AdamW as a CPU user runs it)
+  fl eager        eager on the chip (flbridge's dispatch per op)
+  fl replay       captured once in a torch.fl.FLGraph, replayed (static
+                  input; the GPT step with AdamW(capturable=True))
+  fl compile=fl   torch.compile(model, backend="fl"); the GPT step also
+                  compiles optimizer.step (AdamW(capturable=True), PyTorch's
+                  recipe for a compiled optimizer)
+  fl compile      the default torch.compile(model) (Inductor's name; fl
+                  graphs go to the fl backend)
+  fl compile=fl+gf  backend="fl" with PyTorch's guard filter
+                  options={"guard_filter_fn":
+                  torch.compiler.skip_guard_on_all_nn_modules_unsafe}: no
+                  per-call checks of the modules' parameters (see
+                  docs/compile.md, "Guards cost")
+
+It prints the median time per iteration, the median of the per-round ratios
+to the CPU, and each compiled variant's first call (Dynamo, AOTAutograd and
+the capture run; torch._dynamo is imported before, its import time is
+printed once).  Targets (issue 17): compile=fl at most 0.7x the CPU, first
+call under 5 s.
+
+Part 2, HF BERT, GPT-2 and Llama (random init, tiny configs: hidden 64, 2
+layers, 4 heads, vocabulary 512, batch 4 x 16) compiled with backend="fl":
+forward logits and a training step (loss, gradients, parameters after one
+SGD step) against the CPU with torch.testing.assert_close at float32
+tolerances (rtol 1e-4, atol 1e-5), and the time of the forward and of a
+training step (compiled model and compiled AdamW(capturable=True) step)
+against fl eager.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("FLBRIDGE_WARN", "off")
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+import flbridge  # noqa: E402
+from flbridge.demos.models import TinyGPT, token_batch  # noqa: E402
+
+
+GUARD_FILTER = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
+
+
+def encoder():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+    return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+
+
+CLOCK = time.perf_counter
+
+
+def own_code(fn):
+    """A wrapper around fn with a code object of its own.  Dynamo caches
+    compiled graphs per code object and checks every cached entry's guards
+    in turn: variants compiled from one module class (or Optimizer.step)
+    would slow each other down; each variant here gets its own, as a program
+    with one compiled model has."""
+    ns = {"fn": fn}
+    exec("def call(*args, **kwargs):\n    return fn(*args, **kwargs)\n", ns)  # noqa: S102 - a fresh code object
+    return ns["call"]
+
+
+def side_by_side(steps: dict, rounds: int):
+    """{name: (median seconds, median ratio to the first step)}, interleaved."""
+    for _ in range(2):
+        for s in steps.values():
+            s()
+    times = {k: [] for k in steps}
+    for _ in range(rounds):
+        for k, s in steps.items():
+            t0 = CLOCK()
+            s()
+            times[k].append(CLOCK() - t0)
+    base = next(iter(times.values()))
+    return {k: (statistics.median(v), statistics.median(x / b for x, b in zip(v, base))) for k, v in times.items()}
+
+
+def first_call(fn):
+    """(result, (wall seconds, CPU seconds)): under load, the wall time of a
+    compile is mostly waiting for a core."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, (time.perf_counter() - t0, time.process_time() - c0)
+
+
+def report(label, res, firsts, target=0.7):
+    print(f"  {label}")
+    for k, (med, ratio) in res.items():
+        extra = f"   first call {firsts[k][0]:5.2f} s ({firsts[k][1]:.2f} s CPU)" if k in firsts else ""
+        print(f"    {k:17s} {med * 1e3:8.2f} ms   x cpu {ratio:5.2f}{extra}")
+    r = res["fl compile=fl"][1]
+    print(f"    compile=fl / cpu = {r:.2f} ({'within' if r <= target else 'OVER'} the {target}x target); "
+          f"first call {firsts['fl compile=fl'][0]:.2f} s, {firsts['fl compile=fl'][1]:.2f} s CPU "
+          f"({'within' if firsts['fl compile=fl'][1] < 5 else 'OVER'} the 5 s target)")
+
+
+def bench_encoder(dev, rounds):
+    enc = encoder()
+    x = torch.randn(8, 32, 64)
+    xf = x.to(dev)
+    eager, for_graph, for_fl, for_default, for_gf = (copy.deepcopy(enc).to(dev) for _ in range(5))
+    c_fl = torch.compile(own_code(for_fl), backend="fl")
+    c_default = torch.compile(own_code(for_default))
+    c_gf = torch.compile(own_code(for_gf), backend="fl", options=GUARD_FILTER)
+
+    def fwd(m, inp):
+        def run():
+            with torch.no_grad():
+                return m(inp)
+        return run
+    firsts = {}
+    ref = fwd(enc, x)()
+    for name, m in (("fl compile=fl", c_fl), ("fl compile", c_default), ("fl compile=fl+gf", c_gf)):
+        y, firsts[name] = first_call(fwd(m, xf))
+        torch.testing.assert_close(y.cpu(), ref, rtol=1e-4, atol=1e-5)
+    g = torch.fl.FLGraph()
+    with torch.no_grad():
+        for_graph(xf)
+        with torch.fl.graph(g):
+            static_y = for_graph(xf)
+    steps = {"cpu": fwd(enc, x), "fl eager": fwd(eager, xf), "fl replay": g.replay,
+             "fl compile=fl": fwd(c_fl, xf), "fl compile": fwd(c_default, xf), "fl compile=fl+gf": fwd(c_gf, xf)}
+    res = side_by_side(steps, rounds)
+    torch.testing.assert_close(static_y.cpu(), ref, rtol=1e-4, atol=1e-5)
+    report("encoder fwd", res, firsts)
+
+
+def bench_gpt(dev, rounds):
+    torch.manual_seed(0)
+    cpu_m = TinyGPT()
+    idx, tgt = token_batch(8, 24)
+    fi, ft = idx.to(dev), tgt.to(dev)
+
+    def step(m, i, t, compile_with=None, **opt_kw):
+        o = torch.optim.AdamW(m.parameters(), lr=1e-3, **opt_kw)
+        fwd, ostep = m, o.step
+        if compile_with is not None:
+            fwd = torch.compile(own_code(m), **compile_with)
+            ostep = torch.compile(own_code(o.step), **{k: v for k, v in compile_with.items() if k != "options"})
+
+        def run():
+            o.zero_grad()
+            _, loss = fwd(i, t)
+            loss.backward()
+            ostep()
+            return loss
+        return run
+    cpu_step = step(cpu_m, idx, tgt)
+    fl_step = step(copy.deepcopy(cpu_m).to(dev), fi, ft)
+    c_fl = step(copy.deepcopy(cpu_m).to(dev), fi, ft, {"backend": "fl"}, capturable=True)
+    c_default = step(copy.deepcopy(cpu_m).to(dev), fi, ft, {}, capturable=True)
+    firsts = {}
+    ref = copy.deepcopy(cpu_m)
+    ref_step = step(ref, idx, tgt)
+    ref_loss = ref_step()
+    for name, s in (("fl compile=fl", c_fl), ("fl compile", c_default)):
+        loss, firsts[name] = first_call(s)
+        torch.testing.assert_close(loss.cpu(), ref_loss, rtol=1e-4, atol=1e-5)
+    # replay: the whole step in one graph (bench_models.py's recipe)
+    m = copy.deepcopy(cpu_m).to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3, capturable=True)
+
+    def whole():
+        _, loss = m(fi, ft)
+        loss.backward()
+        opt.step()
+        return loss
+    side = torch.fl.Stream()
+    side.wait_stream(torch.fl.current_stream())
+    with torch.fl.stream(side):
+        for _ in range(2):
+            opt.zero_grad(set_to_none=True)
+            whole()
+    torch.fl.current_stream().wait_stream(side)
+    g = torch.fl.FLGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.fl.graph(g):
+        whole()
+    steps = {"cpu": cpu_step, "fl eager": fl_step, "fl replay": g.replay, "fl compile=fl": c_fl,
+             "fl compile": c_default}
+    res = side_by_side(steps, rounds)
+    report("gpt train step", res, firsts)
+
+
+# ------------------------------------------------------------ HF models
+
+def hf_models():
+    from transformers import (BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                              LlamaForCausalLM)
+    common = dict(vocab_size=512)
+    return {
+        "BERT": lambda: BertForMaskedLM(BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                                   intermediate_size=128, max_position_embeddings=64,
+                                                   hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                                   **common)),
+        "GPT-2": lambda: GPT2LMHeadModel(GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=64,
+                                                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                                    **common)),
+        "Llama": lambda: LlamaForCausalLM(LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                                      num_key_value_heads=2, intermediate_size=128,
+                                                      max_position_embeddings=64, **common)),
+    }
+
+
+def bench_hf(dev, rounds):
+    torch.manual_seed(0)
+    ids = torch.randint(0, 512, (4, 16))
+    fids = ids.to(dev)
+    for name, make in hf_models().items():
+        torch.manual_seed(0)
+        cpu = make().train()
+        eager, comp = copy.deepcopy(cpu).to(dev), copy.deepcopy(cpu).to(dev)
+        cm = torch.compile(own_code(comp), backend="fl")
+        ok = []
+
+        def check(what, a, b):
+            try:
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+                ok.append((what, True, (a - b).abs().max().item()))
+            except AssertionError:
+                ok.append((what, False, (a - b).abs().max().item()))
+
+        # forward
+        with torch.no_grad():
+            (yc, first_fwd) = first_call(lambda: cm(input_ids=fids).logits)
+            check("forward logits", yc.cpu(), cpu(input_ids=ids).logits)
+        # a training step: forward, loss, backward, then one SGD step on both sides (an update linear
+        # in the gradient: Adam's first step divides by |g| and amplifies rounding in tiny gradients)
+        comp.zero_grad()
+
+        def fwd_bwd():
+            loss = cm(input_ids=fids, labels=fids).loss
+            loss.backward()
+            return loss
+        loss_c, first_train = first_call(fwd_bwd)
+        cpu.zero_grad()
+        loss_ref = cpu(input_ids=ids, labels=ids).loss
+        loss_ref.backward()
+        check("train loss", loss_c.detach().cpu(), loss_ref.detach())
+        grads = [(p.grad.cpu(), q.grad) for p, q in zip(comp.parameters(), cpu.parameters()) if q.grad is not None]
+        check("train grads", torch.cat([a.flatten() for a, _ in grads]), torch.cat([b.flatten() for _, b in grads]))
+        for m in (comp, cpu):
+            torch.optim.SGD(m.parameters(), lr=0.1).step()
+        check("params after step", torch.cat([p.detach().cpu().flatten() for p in comp.parameters()]),
+              torch.cat([p.detach().flatten() for p in cpu.parameters()]))
+        opt = torch.optim.AdamW(comp.parameters(), lr=1e-3, capturable=True)
+        ostep = torch.compile(own_code(opt.step), backend="fl")
+
+        def train(model, o, step, i):
+            def run():
+                o.zero_grad()
+                loss = model(input_ids=i, labels=i).loss
+                loss.backward()
+                step()
+                return loss
+            return run
+        t_comp = train(cm, opt, ostep, fids)
+        # speed against fl eager
+        opt_e = torch.optim.AdamW(eager.parameters(), lr=1e-3)
+
+        def fwd(m):
+            def run():
+                with torch.no_grad():
+                    return m(input_ids=fids).logits
+            return run
+        fr = side_by_side({"fl eager": fwd(eager), "fl compile=fl": fwd(cm)}, rounds)
+        tr = side_by_side({"fl eager": train(eager, opt_e, opt_e.step, fids), "fl compile=fl": t_comp}, rounds)
+        verdict = all(v for _, v, _ in ok)
+        print(f"  {name:6s} equal to the CPU: {'yes' if verdict else 'NO'} "
+              f"({', '.join(f'{w} {d:.1e}' for w, _, d in ok)})")
+        print(f"         forward: eager {fr['fl eager'][0] * 1e3:7.2f} ms, compiled {fr['fl compile=fl'][0] * 1e3:7.2f} ms"
+              f" (x eager {fr['fl compile=fl'][1]:.2f}); train step: eager {tr['fl eager'][0] * 1e3:7.2f} ms, "
+              f"compiled {tr['fl compile=fl'][0] * 1e3:7.2f} ms (x eager {tr['fl compile=fl'][1]:.2f}); "
+              f"first call (CPU s): forward {first_fwd[1]:.1f}, forward+backward {first_train[1]:.1f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--chips", default="xpu:x1,xpu:th1")
+    ap.add_argument("--skip-hf", action="store_true", help="part 1 only")
+    ap.add_argument("--hf-only", action="store_true", help="part 2 only")
+    ap.add_argument("--cpu-time", action="store_true", help="time iterations by process CPU time")
+    a = ap.parse_args()
+    global CLOCK
+    if a.cpu_time:
+        CLOCK = time.process_time
+    torch.set_num_threads(1)
+    torch.backends.mha.set_fastpath_enabled(False)
+    flbridge.init()
+    t0 = time.perf_counter()
+    importlib.import_module("torch._dynamo")  # a process's one-time cost, reported apart from first calls
+    importlib.import_module("torch._functorch.aot_autograd")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, python {sys.version.split()[0]}; "
+          f"import torch._dynamo + AOTAutograd {time.perf_counter() - t0:.2f} s; "
+          f"iterations timed by {'process CPU time' if a.cpu_time else 'wall time'}")
+    for chip in a.chips.split(","):
+        dev = flbridge.torch_device(chip)
+        torch.fl.set_device(dev)
+        print(f"\n{chip} ({dev})")
+        if not a.hf_only:
+            bench_encoder(dev, a.rounds)
+            bench_gpt(dev, a.rounds)
+        if not a.skip_hf:
+            bench_hf(dev, max(3, a.rounds // 2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""``torch.compile(model, backend="fl")``, and what the default backend does on fl.
+
+The backend is registered through the ``torch_dynamo_backends`` entry point
+(pyproject.toml), so the name resolves in a fresh process before anything
+imported flbridge.  Dynamo traces the model (XPUTensor is a traceable
+subclass, :mod:`flbridge.tensor.traceable`); AOTAutograd turns each graph into
+forward and backward aten graphs on `fl:N`; each becomes a
+:class:`~flbridge.compiler.lowering.CompiledGraph`: captured once per
+argument key through flbridge's own eager path, replayed afterwards as a
+flat list of prepared vendor calls.
+
+The default ``torch.compile(model)`` (Inductor) cannot compile for a chip
+whose only code is a vendor C library: Inductor generates Triton or C++
+kernels and needs a device interface and a code generator for the device.
+So graphs whose inputs are on fl go to this backend instead (see
+:func:`install`); CPU and CUDA graphs go to Inductor untouched.
+
+Dynamo never compiles flbridge's own Python: the package is on Dynamo's
+skip list (a call into flbridge inside a compiled function runs eagerly).
+"""
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+
+import torch
+
+from .._paths import PACKAGE_DIR
+from ..devices import lazy_init
+
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+OPTIONS = {"capture": bool}   # capture=False: no replay, every call runs the graph through flbridge's eager path
+
+
+def fl_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None):
+    """The `fl` Dynamo backend: AOTAutograd graphs lowered to replayed vendor calls."""
+    if mode is not None and mode not in MODES:
+        raise RuntimeError(f"flbridge: unknown torch.compile mode {mode!r} for backend 'fl'; use one of "
+                           f"{', '.join(MODES)} (on fl they all replay captured vendor calls)")
+    opts = dict(options or {})
+    for k, v in opts.items():
+        if k not in OPTIONS:
+            raise RuntimeError(f"flbridge: unknown option {k!r} for backend 'fl'; known options: "
+                               f"{', '.join(OPTIONS)}")
+        if not isinstance(v, OPTIONS[k]):
+            raise RuntimeError(f"flbridge: option {k!r} for backend 'fl' must be {OPTIONS[k].__name__}, "
+                               f"got {type(v).__name__}")
+    lazy_init()       # this module is imported (the entry point) before anything else may have
+    _skip_flbridge_in_dynamo()
+    from torch._dynamo.backends.common import aot_autograd
+    from .lowering import CompiledGraph
+    capture = opts.get("capture", True)
+
+    def compiler(kind):
+        def compile_graph(g, inputs):
+            cg = CompiledGraph(g, kind=kind, capture=capture)
+            _COMPILED.append(cg)
+            return cg
+        return compile_graph
+
+    return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                        inference_compiler=compiler("inference"), decompositions={},
+                        keep_inference_input_mutations=True)(gm, example_inputs)
+
+
+_COMPILED: list = []   # every graph compiled in this process (flbridge.compiler.backend.stats())
+
+
+def stats() -> dict:
+    """Counts over the graphs compiled with backend "fl": graphs, capture
+    runs, replays, recorded vendor calls, and the nodes run eagerly with why."""
+    out = {"graphs": len(_COMPILED), "captures": 0, "replays": 0, "vendor_calls": 0, "eager_nodes": {}}
+    for cg in _COMPILED:
+        out["captures"] += cg.captures
+        out["replays"] += cg.replays
+        for progs in cg.programs.values():
+            for prog in progs:
+                out["vendor_calls"] += prog.ncalls
+                for op, why in prog.eager_reasons:
+                    out["eager_nodes"][op] = why
+    return out
+
+
+def reset() -> None:
+    _COMPILED.clear()
+
+
+# ------------------------------------------------ the default backend on fl
+
+def _has_fl_input(inputs) -> bool:
+    for a in inputs:
+        if isinstance(a, torch.Tensor) and a.device.type == "fl":
+            return True
+    return False
+
+
+def _route_inductor_on_fl() -> None:
+    """torch.compile(model) with the default backend: graphs with fl inputs
+    go to the fl backend (mode kept), others to Inductor."""
+    cls = torch._TorchCompileInductorWrapper
+    if getattr(cls.__call__, "_flbridge", False):
+        return
+    inductor_call = cls.__call__
+
+    @functools.wraps(inductor_call)
+    def __call__(self, model_, inputs_, **kwargs):
+        if _has_fl_input(inputs_):
+            return fl_backend(model_, inputs_)
+        return inductor_call(self, model_, inputs_, **kwargs)
+    __call__._flbridge = True
+    cls.__call__ = __call__
+
+
+# ------------------------------------------- fake tensors and fl constants
+
+def _fake_mode_avoids_fl_init() -> None:
+    """FakeTensorMode.avoid_device_init also for fl.
+
+    Under fake tensors (Dynamo, AOTAutograd), ``torch.tensor(data,
+    device="fl")`` and ``cpu_constant.to("fl")`` are constant-propagated by
+    running them for real when a device is available, and the result must
+    be a plain tensor to become a fake constant.  On fl it is an XPUTensor
+    (a wrapper subclass), which FakeTensorMode cannot turn into a constant.
+    With avoid_device_init (PyTorch's setting for a build whose device is
+    absent) the constant stays on the CPU and its move to fl is traced as an
+    ordinary op, which is all a compiled graph needs."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    prop = FakeTensorMode.avoid_device_init
+    if getattr(prop.fget, "_flbridge", False):
+        return
+    original = prop.fget
+
+    def avoid_device_init(self) -> bool:
+        return torch._C._get_privateuse1_backend_name() == "fl" or original(self)
+    avoid_device_init._flbridge = True
+    FakeTensorMode.avoid_device_init = property(avoid_device_init)
+
+
+# ------------------------------------------------------- Dynamo skip list
+
+# flbridge files holding models (user code, for benches, tests and the demo):
+# Dynamo compiles these like any model
+_MODEL_FILES = ("demos/models.py",)
+
+
+def _skip_flbridge_in_dynamo() -> None:
+    """Every flbridge source file goes on Dynamo's skip list (file by file,
+    so the model files stay compilable)."""
+    trace_rules = sys.modules.get("torch._dynamo.trace_rules")
+    if trace_rules is None:
+        return
+    import os
+
+    root = str(PACKAGE_DIR)
+    added = False
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            if not f.endswith(".py"):
+                continue
+            path = trace_rules._as_posix_path(os.path.join(dirpath, f))
+            rel = os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/")
+            if rel in _MODEL_FILES or path in trace_rules.SKIP_DIRS:
+                continue
+            trace_rules.SKIP_DIRS.append(path)
+            added = True
+    if added:
+        trace_rules._recompile_re()
+
+
+class _AfterDynamo(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Puts flbridge on Dynamo's skip list as soon as Dynamo is imported
+    (importing Dynamo to do it would cost every flbridge user a second)."""
+
+    def __init__(self):
+        self.loader = None
+
+    def find_spec(self, name, path, target=None):
+        if name != "torch._dynamo.trace_rules" or self.loader is not None:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        self.loader = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        try:
+            _skip_flbridge_in_dynamo()
+        except Exception as e:  # noqa: BLE001 - never break Dynamo's import over a skip entry
+            warnings.warn(f"flbridge: could not put flbridge on Dynamo's skip list: {e}", stacklevel=2)
+
+
+def install() -> None:
+    """Called by flbridge.init(): the default backend's routing and the skip list."""
+    _route_inductor_on_fl()
+    _fake_mode_avoids_fl_init()
+    if "torch._dynamo.trace_rules" in sys.modules:
+        _skip_flbridge_in_dynamo()
+    elif not any(isinstance(f, _AfterDynamo) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterDynamo())
