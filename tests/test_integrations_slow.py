@@ -257,15 +257,21 @@ def test_trainer_runs_bf16_on_th1_and_fp16_with_a_grad_scaler_on_x1(tmp_path):
     _close_losses(fp16[0]["losses"], cpu[0]["losses"])
 
 
-def test_accelerate_refuses_a_precision_the_chip_lacks_with_the_fix(tmp_path):
+def test_accelerate_picks_fl_and_refuses_a_precision_the_chip_lacks_with_the_fix(tmp_path):
     code = ("import flbridge, torch\n"
             "from flbridge.errors import IntegrationError\n"
             "from accelerate import Accelerator\n"
+            "from accelerate.state import AcceleratorState\n"
+            "acc = Accelerator()\n"
+            "model, opt = acc.prepare(torch.nn.Linear(4, 2), None)\n"
+            "print('DEVICE', acc.device, next(model.parameters()).device, acc.distributed_type)\n"
+            "AcceleratorState._reset_state(reset_partial_state=True)\n"
             "try:\n"
             "    Accelerator(mixed_precision='fp16')\n"
             "except IntegrationError as e:\n"
             "    print('REFUSED', e)\n")
     p = _run([sys.executable, "-c", code])
+    assert "DEVICE fl:0 fl:0 DistributedType.NO" in p.stdout
     assert "REFUSED fp16 mixed precision on fl:0 (xpu:th1): the chip runs float32, bfloat16" in p.stdout
     assert "mixed_precision='bf16'" in p.stdout
 
