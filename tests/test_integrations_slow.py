@@ -190,7 +190,7 @@ def test_zero2_under_the_deepspeed_launcher_matches_the_cpu(tmp_path, no_builds)
 def test_a_deepspeed_kernel_without_an_fl_version_is_refused_with_the_config_fix(tmp_path, no_builds):
     code = ("import flbridge, torch, os, tempfile\n"
             "from tests import i18_workarounds\n"
-            "i18_workarounds.apply(); i18_workarounds.deepspeed_initialize()\n"
+            "i18_workarounds.apply(); i18_workarounds.for_deepspeed()\n"
             "import deepspeed\n"
             "from flbridge.errors import IntegrationError\n"
             "d = tempfile.mkdtemp()\n"

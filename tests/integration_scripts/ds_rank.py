@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import i18_workarounds  # noqa: E402
 
 i18_workarounds.apply()
-i18_workarounds.deepspeed_initialize()
+i18_workarounds.for_deepspeed()
 
 from flbridge.demos.deepspeed import main  # noqa: E402
 

@@ -22,7 +22,7 @@ i18_workarounds.apply()
 opts = json.loads(sys.argv[1])
 out = Path(sys.argv[2])
 if opts.get("args", {}).get("deepspeed"):
-    i18_workarounds.deepspeed_initialize()
+    i18_workarounds.for_deepspeed()
 warnings.simplefilter("ignore", flbridge.FallbackWarning)
 if opts.get("chip"):
     torch.fl.set_device(opts["chip"])
