@@ -64,26 +64,51 @@ def _mm_case(M, K, N, batch=0, b_transposed=False):
     return name, 2.0 * max(batch, 1) * M * K * N, setup
 
 
-def _conv_case(N, H, W, C, O, k, pad):
+def _conv_case(N, H, W, C, O, k, pad, dtype=torch.float32):
+    """x1_conv2d on NHWC data in `dtype` against torch's float32 convolution
+    (channels_last, as oneDNN likes it): float16 is the chip's own format,
+    float32 the CPU's."""
     def setup(chip):
-        x = torch.randn(N, C, H, W).contiguous(memory_format=torch.channels_last)
-        w = torch.randn(O, C, k, k).contiguous(memory_format=torch.channels_last)
-        b = torch.randn(O)
-        xd = chip.put(x.permute(0, 2, 3, 1).contiguous())[1]
-        wd = chip.put(w.permute(0, 2, 3, 1).contiguous())[1]
-        bd = chip.put(b)[1]
+        x = torch.randn(N, C, H, W).to(dtype).float().contiguous(memory_format=torch.channels_last)
+        w = (torch.randn(O, C, k, k) / (C * k * k) ** 0.5).to(dtype).float()
+        w = w.contiguous(memory_format=torch.channels_last)
+        b = torch.randn(O).to(dtype).float()
+        xd = chip.put(x.permute(0, 2, 3, 1).contiguous().to(dtype))[1]
+        wd = chip.put(w.permute(0, 2, 3, 1).contiguous().to(dtype))[1]
+        bd = chip.put(b.to(dtype))[1]
         OH, OW = H + 2 * pad - k + 1, W + 2 * pad - k + 1
-        o, od = chip.empty((N, OH, OW, O))
+        o, od = chip.empty((N, OH, OW, O), dtype)
         ffi, lib = chip.ffi, chip.lib
         one, p = ffi.new("int64_t[2]", [1, 1]), ffi.new("int64_t[2]", [pad, pad])
         sim = lambda: lib.x1_conv2d(xd, wd, bd, one, p, one, 1, od)  # noqa: E731
         ref = lambda: F.conv2d(x, w, b, 1, pad)  # noqa: E731
+        # float16: the float32 result rounded once (half an ulp), plus float32 summation order
+        tol = dict(rtol=1e-3, atol=1e-3) if dtype == torch.float16 else dict(rtol=1e-4, atol=1e-3)
         check = lambda: torch.testing.assert_close(  # noqa: E731
-            chip.get(o, (N, OH, OW, O)).permute(0, 3, 1, 2), ref(), rtol=1e-4, atol=1e-3)
+            chip.get(o, (N, OH, OW, O), dtype).permute(0, 3, 1, 2).float(), ref(), **tol)
         return sim, ref, check
 
     flops = 2.0 * N * (H + 2 * pad - k + 1) * (W + 2 * pad - k + 1) * O * C * k * k
-    return f"conv2d NHWC N={N} {H}x{W} C={C}->{O} {k}x{k} pad {pad}", flops, setup
+    half = " float16" if dtype == torch.float16 else ""
+    return f"conv2d{half} NHWC N={N} {H}x{W} C={C}->{O} {k}x{k} pad {pad}", flops, setup
+
+
+def _int_mm_case(M, K, N):
+    """x1_gemm_u8 (uint8 with zero point 128, int32 result: torch._int_mm's
+    route on x1 after the int8 -> uint8 quirk) against torch._int_mm."""
+    def setup(chip):
+        a = torch.randint(-128, 128, (M, K), dtype=torch.int8)
+        b = torch.randint(-128, 128, (K, N), dtype=torch.int8)
+        ad = chip.put((a.to(torch.int32) + 128).to(torch.uint8))[1]
+        bd = chip.put((b.to(torch.int32) + 128).to(torch.uint8))[1]
+        o, od = chip.empty((M, N), torch.int32)
+        sim = lambda: chip.lib.x1_gemm_u8(ad, bd, od)  # noqa: E731
+        ref = lambda: torch._int_mm(a, b)  # noqa: E731
+        check = lambda: torch.testing.assert_close(chip.get(o, (M, N), torch.int32), ref(),  # noqa: E731
+                                                   rtol=0, atol=0)
+        return sim, ref, check
+
+    return f"int8 mm [{M}x{K}]@[{K}x{N}] (x1_gemm_u8 vs _int_mm)", 2.0 * M * K * N, setup
 
 
 CASES = {
@@ -96,11 +121,18 @@ CASES = {
     "linear_b1": _mm_case(1, 1024, 1024, b_transposed=True),
     "bmm": _mm_case(32, 64, 64, batch=128),
     "conv": _conv_case(8, 32, 32, 16, 32, 3, 1),
+    "conv_h": _conv_case(8, 32, 32, 16, 32, 3, 1, torch.float16),
+    "conv64_h": _conv_case(8, 32, 32, 64, 64, 3, 1, torch.float16),
+    "int_mm256": _int_mm_case(256, 256, 256),
+    "int_mm512": _int_mm_case(512, 512, 512),
+    "int_mm_proj": _int_mm_case(2048, 256, 64),
 }
 
 
 # cases th1 cannot run, and why
-TH1_SKIP = {"conv": "th1 has no convolution kernel",
+TH1_SKIP = {"conv": "th1 has no convolution kernel", "conv_h": "th1 has no NHWC float16 convolution",
+            "conv64_h": "th1 has no NHWC float16 convolution", "int_mm256": "th1 has no int8 GEMM",
+            "int_mm512": "th1 has no int8 GEMM", "int_mm_proj": "th1 has no int8 GEMM",
             "linear_b1": "th1's matrix unit needs M, N, K multiples of 16"}
 
 
@@ -146,7 +178,7 @@ def main():
         assert (chip.lib.x1_init(0) if a.chip == "x1" else chip.lib.th1Init(0)) == chip.ok
         print(f"{a.chip} simulator (1 thread) vs torch {torch.__version__} CPU "
               f"({torch.get_num_threads()} thread{'s' if torch.get_num_threads() > 1 else ''}), "
-              f"float32, medians of {'wall-clock' if wall else 'thread CPU'} time")
+              f"float32 unless noted, medians of {'wall-clock' if wall else 'thread CPU'} time")
         print(f"{'case':44s} {'sim ms':>9s} {'GFLOP/s':>8s} {'torch ms':>9s} {'GFLOP/s':>8s}"
               f" {'sim/torch':>9s}  runs")
         for key in names:

@@ -174,6 +174,19 @@ def _softmax_plain(chip):
     return sim, ref, lambda: close(chip.get(o, x.shape), ref())
 
 
+@case("softmax_long", "transformer", "softmax [256,1000] dim -1 (rows longer than a block)")
+def _softmax_long(chip):
+    x = torch.randn(T, 1000)
+    xd = chip.put(x)[1]
+    o, od = chip.empty(x.shape)
+    ref = lambda: torch.softmax(x, -1)  # noqa: E731
+    if chip.kind == "x1":
+        sim = lambda: chip.lib.custom_softmax_x1(xd, -1, od)  # noqa: E731
+    else:
+        sim = lambda: chip.lib.th1Softmax(xd, -1, 0, od)  # noqa: E731
+    return sim, ref, lambda: close(chip.get(o, x.shape), ref())
+
+
 @case("softmax_bwd", "transformer", "softmax backward [8,4,32,32] dim -1")
 def _softmax_bwd(chip):
     y = torch.softmax(torch.randn(8, H, 32, 32), -1)

@@ -327,8 +327,10 @@ def _follow_current_chip(index: int) -> None:
 def get_amp_supported_dtype() -> list:
     """The dtypes torch.autocast("fl") accepts.  Whether a chip runs one is
     checked per op against its spec (AmpDtypeError): a dtype missing here
-    would make PyTorch disable autocast with a warning instead."""
-    return list(AMP_DTYPES)
+    would make PyTorch disable autocast with a warning instead.  float32 is
+    accepted as on CUDA (nanoGPT's --dtype=float32): the listed ops then run
+    in float32."""
+    return [*AMP_DTYPES, torch.float32]
 
 
 def is_bf16_supported(device=None) -> bool:

@@ -130,6 +130,29 @@ class DeviceUnavailableError(FlbridgeError, RuntimeError):
                          f"fl device (`flbridge devices` lists them).")
 
 
+class NestedNotSupported(FlbridgeError, NotImplementedError):
+    """A nested tensor for an fl device (fl tensors are dense and strided)."""
+
+    def __init__(self, what: str):
+        self.what = what
+        super().__init__(
+            f"flbridge: {what}: nested tensors are not supported on fl devices (fl tensors are dense and "
+            f"strided). Pad the sequences into one tensor (torch.nn.utils.rnn.pad_sequence, or "
+            f"nt.to_padded_tensor(0.0) on the CPU) with a mask, as attention's attn_mask / key_padding_mask "
+            f"take it, or keep the nested tensor on the CPU")
+
+
+class QuantizedNotSupported(FlbridgeError, NotImplementedError):
+    """A quantized tensor or quantized module for an fl device."""
+
+    def __init__(self, what: str):
+        self.what = what
+        super().__init__(
+            f"flbridge: {what}: quantized tensors and quantized modules are not supported on fl devices. Run "
+            f"the quantized model on the CPU, or run the float model on fl (torch.autocast('fl') for lower "
+            f"precision; a chip's int8 kernels take plain int8 tensors)")
+
+
 class SpecWarning(UserWarning):
     """A device spec has problems: its chip is unavailable and the other chips
     load (FLBRIDGE_STRICT_SPECS=1 makes it an error instead)."""

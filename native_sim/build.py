@@ -20,7 +20,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "build"
-CORE = ["common/simcore.c", "common/simkernels.c", "common/simblas.c"]
+CORE = ["common/simcore.c", "common/simkernels.c", "common/simblas.c", "common/simindex.c", "common/simoptim.c", "common/simrng.c"]
 CORE_HEADERS = ["common/simcore.h", "common/simkernels.h", "common/simblas.h"]
 
 # each chip's collectives library (x1_ccl.h, th1_ccl.h) ships inside its runtime library

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import threading
 
+import pytest
 import torch
 
 import flbridge
@@ -42,6 +43,7 @@ def test_graph_demo_replays_bit_identically(flchips):
     assert "fl replay" in text and "CPU (torch)" in text
 
 
+@pytest.mark.slow  # four interpreters run the demo and the device table: 6 s
 def test_demo_and_devices_from_the_shell():
     env = dict(os.environ)
     r = subprocess.run([sys.executable, "-m", "flbridge.cli", "demo", "--device", "xpu:th1", "--steps", "2",

@@ -56,7 +56,13 @@ TIMEOUT = 600
 RUN_ELSEWHERE = {"docs/vendor-guide.md": "tests/test_vendor_guide.py"}
 # pages whose python blocks take too long for the default suite (CPU seconds measured)
 SLOW_DOCS = {"docs/observability.md": "profiles and autocompares several steps: 9 s",
-             "docs/compile.md": "compiles (Dynamo, AOTAutograd) a model, an optimizer step and a function: 10 s"}
+             "docs/compile.md": "compiles (Dynamo, AOTAutograd) a model, an optimizer step and a function: 10 s",
+             # the default suite keeps the README; these pages start an interpreter each (2 s) and train
+             "docs/amp.md": "trains under autocast on two chips: 5 s",
+             "docs/performance.md": "times the overhead and replay examples: 4 s",
+             "docs/distributed.md": "runs flccl collectives and a DDP step: 4 s",
+             "docs/architecture.md": "follows an op through each layer: 4 s",
+             "docs/device.md": "walks residency, memory and streams: 3 s"}
 
 
 @dataclass

@@ -331,6 +331,7 @@ def test_validate_cli_prints_file_line_field_message(tmp_path, capsys):
     assert validate([str(good)]) == 0
 
 
+@pytest.mark.slow  # several interpreters validate specs: 5 s
 def test_validate_from_the_shell():
     r = subprocess.run([sys.executable, "-m", "flbridge.cli", "validate", str(SPECS)], capture_output=True,
                        text=True, timeout=120)
@@ -395,6 +396,7 @@ def _partial_folder(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow  # interpreters start with broken spec folders: 4 s
 def test_a_bad_spec_keeps_its_index_and_the_others_load(tmp_path):
     env = dict(os.environ, FLBRIDGE_DEVICE_DIR=str(_partial_folder(tmp_path)))
     r = subprocess.run([sys.executable, "-c", PARTIAL_INIT], capture_output=True, text=True, env=env, timeout=180)

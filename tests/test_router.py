@@ -326,7 +326,7 @@ def test_unsupported_op_error_when_cpu_fallback_is_off(x1, knobs):
                              "'float32'")
     assert "Available dtypes: ['float16']. Suggested fix: cast input to torch.float16." in str(e)
     with pytest.raises(flbridge.UnsupportedOpError, match="xpu:x1 has no kernel for it.*FLBRIDGE_FALLBACK=0"):
-        torch.cumsum(x, 0)
+        torch.cumprod(x, 0)
     close(x + x, x.cpu() * 2)                            # native ops still run
 
 
@@ -356,10 +356,10 @@ def test_log_knob_logs_dispatch_fallback_and_transfers(th1, knobs, caplog):
     knobs(FLBRIDGE_LOG="dispatch,fallback,transfer")
     with caplog.at_level(logging.INFO, logger="flbridge"):
         y = torch.ones(16).to(th1) * 2.0
-        y.cumsum(0).cpu()
+        y.cumprod(0).cpu()
     text = caplog.text
     assert "dispatch aten::mul.Tensor on xpu:th1: native th1Mul" in text
-    assert "fallback aten::cumsum.default on xpu:th1: xpu:th1 has no kernel for it" in text
+    assert "fallback aten::cumprod.default on xpu:th1: xpu:th1 has no kernel for it" in text
     assert "transfer h2d xpu:th1: 1 buffers, 64 bytes in one call" in text
     assert "transfer d2h xpu:th1: 64 bytes" in text
 
@@ -369,13 +369,13 @@ def test_fallback_warning_is_said_once_per_op_chip_and_reason(x1):
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         for _ in range(3):
-            x.cumsum(0)
-        x.half().cumsum(0)
-        torch.randn(5).to(flbridge.torch_device("xpu:x1-v2")).cumsum(0)
+            x.cumprod(0)
+        x.half().cumprod(0)
+        torch.randn(5).to(flbridge.torch_device("xpu:x1-v2")).cumprod(0)
     msgs = [str(m.message) for m in w if issubclass(m.category, flbridge.FallbackWarning)]
-    assert len([m for m in msgs if "cumsum" in m and "xpu:x1 " in m]) == 1     # same reason on x1: once
-    assert len([m for m in msgs if "cumsum" in m and "xpu:x1-v2" in m]) == 1   # another chip: again
-    assert all(m.startswith("flbridge: aten::cumsum.default on xpu:x1") for m in msgs if "cumsum" in m)
+    assert len([m for m in msgs if "cumprod" in m and "xpu:x1 " in m]) == 1     # same reason on x1: once
+    assert len([m for m in msgs if "cumprod" in m and "xpu:x1-v2" in m]) == 1   # another chip: again
+    assert all(m.startswith("flbridge: aten::cumprod.default on xpu:x1") for m in msgs if "cumprod" in m)
 
 
 def test_fallback_warning_points_at_user_code(x1):
@@ -505,3 +505,16 @@ def test_python_op_specific_fallback_and_error_policy(tmp_path):
     assert "cumsum 0.0" in r.stdout
     assert "ERR Op 'aten::cummax.default' not supported on device 'xpu:edge'" in r.stdout
     assert "fallback_policy.default is 'error'" in r.stdout
+
+
+@pytest.mark.parametrize("op", ["eq", "ne", "lt", "le", "gt", "ge"])
+def test_integer_tensors_against_cpu_float_scalars_compare_as_pytorch_promotes(anychip, op):
+    # a 0-dim CPU tensor of a higher kind promotes the comparison (int64 vs 2.5 compares in float):
+    # the chip must not truncate the scalar to the tensor's dtype
+    t = torch.tensor([1, 2, 3, -1])
+    for s in (torch.tensor(2.5), torch.tensor(2.0), torch.tensor(-0.5), torch.tensor(2), 2.5, 2):
+        want = getattr(torch, op)(t, s)
+        got = getattr(torch, op)(t.to(anychip), s).cpu()
+        assert torch.equal(got, want), (op, s)
+    b = torch.tensor([True, False])
+    assert torch.equal(getattr(torch, op)(b.to(anychip), torch.tensor(1)).cpu(), getattr(torch, op)(b, torch.tensor(1)))

@@ -110,6 +110,7 @@ def _run_fuzz(examples: int, *extra, timeout: int) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # an interpreter loads a hundred fuzzed specs: 5 s
 def test_fuzzed_specs_and_headers_end_in_clear_errors():
     """Random mutations of the shipped specs and headers (repeatable): every
     one ends in success or an error naming file:line, each within 2 s of CPU

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import torch
 
-from ..devices import checkpoint, chip_for
+from ..devices import checkpoint, chip_for, current
 from ..devices import table as devices
 from ..errors import FlbridgeError
-from ..routing import failsafe
 from ..routing import install as install_dispatch
+from ..routing import nested
 from ..routing import special as crossings
 from ..routing import views as metaops
-from ..tensor import Storage, XPUTensor, dense_strides, new_tensor
-from . import pinned
+from ..tensor import Storage, XPUTensor, dense_strides, new_tensor, paramdata
+from . import accelerator, failsafe, pinned, quantized
 from .torch_fl import FL_MODULE
 
 
@@ -37,8 +37,8 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):
 
 
 class _Guard(torch._C._acc.DeviceGuard):
-    def type_(self):
-        return torch._C._autograd.DeviceType.PrivateUse1
+    # also takes over an error the autograd engine left pending (flbridge.backend.failsafe)
+    type_ = failsafe.guard_type
 
 
 def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
@@ -119,31 +119,31 @@ def register() -> None:
     _setup_privateuseone_for_python_backend("fl", backend_module=FL_MODULE, hook=_Hooks(), device_guard=_Guard())
     lib = torch.library.Library("aten", "IMPL")
     aten = torch.ops.aten
-    safe = failsafe.kernel   # errors during backward must not abort the process
-    lib.impl("empty.memory_format", safe(aten.empty.memory_format)(_empty_memory_format), "PrivateUse1")
-    lib.impl("empty_strided", safe(aten.empty_strided.default)(_empty_strided), "PrivateUse1")
+    lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
+    lib.impl("empty_strided", _empty_strided, "PrivateUse1")
     # torch.tensor(data, device="fl") copies with Python dispatch excluded,
     # which reaches the backend's _copy_from
-    lib.impl("_copy_from", safe(aten._copy_from.default)(_copy_from), "PrivateUse1")
-    lib.impl("_copy_from_and_resize", safe(aten._copy_from_and_resize.default)(_copy_from_and_resize),
-             "PrivateUse1")
+    lib.impl("_copy_from", _copy_from, "PrivateUse1")
+    lib.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")
     for name in HOST_FACTORIES:
         op = getattr(aten, name).default
-        lib.impl(name, safe(op)(_host_factory(op)), "PrivateUse1")
+        lib.impl(name, _host_factory(op), "PrivateUse1")
     for name, what in UNSUPPORTED_FACTORIES.items():
         lib.impl(name, _unsupported_factory(what), "PrivateUse1")
     pinned.register(lib)
+    quantized.register(lib)   # quantized tensors and models: one clear error at the move
+    nested.install()          # jagged nested tensors over fl values: one clear error when made
     _LIBRARY.append(lib)   # the registrations live as long as the Library object
     from torch.optim import optimizer as _opt
     if XPUTensor not in _opt._foreach_supported_types:
         _opt._foreach_supported_types.append(XPUTensor)
-    # Module.to / .cpu / .half and load_state_dict keep parameter identity
-    # (tied weights stay tied) by swapping tensors, as PyTorch plans to by
-    # default: fl tensors are not shallow-copy compatible with CPU ones, so
-    # the `.data =` path would give every module its own copy.  Set at
-    # import (docs/device.md): the first `.to("fl")` must already swap.
-    torch.__future__.set_swap_module_params_on_conversion(True)
+    # `.data =` with fl tensors; Module.to / .cpu / .half keep each parameter
+    # object (tied weights stay tied) without a process-wide flag
+    paramdata.install()
     checkpoint.register()
+    failsafe.install()   # an exception during backward reaches backward()'s caller
+    current.install()    # "fl" without an index is the current fl device
+    accelerator.install()   # torch.accelerator.* answered by torch.fl
     from .. import amp  # autocast kernels, torch.fl.amp, get_amp_supported_dtype
     from ..compiler.backend import install as install_compile
     amp.install(FL_MODULE)

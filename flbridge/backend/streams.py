@@ -20,19 +20,20 @@ from ..devices import chip_for, current_device
 _TLS = threading.local()
 
 
-class Stream:
-    """torch.fl.Stream(device=None, priority=0)"""
+_PRIVATE_USE1 = int(torch._C._autograd.DeviceType.PrivateUse1)
+
+
+class Stream(torch.Stream):
+    """torch.fl.Stream(device=None, priority=0): a torch.Stream of an fl
+    device, so `tensor.record_stream(s)`, torch.accelerator and code that
+    type-checks torch.Stream take it."""
+
+    def __new__(cls, device=None, priority: int = 0, **kwargs):
+        idx = chip_for(current_device() if device is None else device).index
+        return super().__new__(cls, stream_id=0, device_index=idx, device_type=_PRIVATE_USE1)
 
     def __init__(self, device=None, priority: int = 0, **kwargs):
-        self.device = chip_for(current_device() if device is None else device).device
         self.priority = priority
-        self.stream_id = 0
-
-    @property
-    def device_index(self) -> int:
-        return self.device.index
-
-    device_type = "fl"
 
     def synchronize(self) -> None:
         chip_for(self.device).runtime.synchronize()
@@ -62,7 +63,7 @@ class Stream:
         return False
 
     def __eq__(self, other):
-        return isinstance(other, Stream) and other.device == self.device and other.stream_id == self.stream_id
+        return isinstance(other, torch.Stream) and other.device == self.device and other.stream_id == self.stream_id
 
     def __hash__(self):
         return hash((self.device, self.stream_id))

@@ -83,6 +83,13 @@ class FlModule(types.ModuleType):
     def is_initialized() -> bool:
         return devices.is_initialized()
 
+    @property
+    def _initialized(self) -> bool:
+        # torch.utils.checkpoint saves and restores a device's RNG state only
+        # when `getattr(torch.<device>, "_initialized", False)` (torch.cuda's
+        # module global); without it a recomputed forward draws new dropout masks
+        return devices.is_initialized()
+
     @staticmethod
     def _is_in_bad_fork() -> bool:
         return False
@@ -149,6 +156,13 @@ class FlModule(types.ModuleType):
         _chip(device).allocator.reset_peak()
 
     reset_max_memory_allocated = reset_peak_memory_stats
+
+    @staticmethod
+    def reset_accumulated_memory_stats(device=None) -> None:
+        """Zeroes the counters memory_stats() accumulates (device allocs and
+        frees, OOM retries, OOMs)."""
+        a = _chip(device).allocator
+        a.retries = a.ooms = a.device_allocs = a.device_frees = 0
     reset_max_memory_cached = reset_peak_memory_stats
 
     @staticmethod

@@ -141,9 +141,10 @@ def _fake_mode_avoids_fl_init() -> None:
 
 # ------------------------------------------------------- Dynamo skip list
 
-# flbridge files holding models (user code, for benches, tests and the demo):
-# Dynamo compiles these like any model
-_MODEL_FILES = ("demos/models.py",)
+# flbridge files Dynamo traces: the models (user code, for benches, tests and
+# the demo) and the current-device wrappers of torch.tensor, Tensor.to, ...
+# (which step aside while Dynamo traces; skipped, each call would break the graph)
+_MODEL_FILES = ("demos/models.py", "devices/current.py")
 
 
 def _skip_flbridge_in_dynamo() -> None:

@@ -29,11 +29,25 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..devices import chip_for, lazy_init
 from ..devices import chips as all_chips
+from ..errors import FlbridgeError
 from ..routing import COMPOSITE, FOREACH, ROUTED, SPECIAL, SPECIAL_OPS, kind
 
 aten = torch.ops.aten
 _CEA = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
 _LOCK = threading.Lock()   # one coverage run at a time (it patches the optimizers' foreach test)
+
+
+class MixedDevicesError(FlbridgeError, RuntimeError):
+    """The program itself mixes devices: a real run on the chip fails the same way."""
+
+    def __init__(self, phase: str, op, devices, device_type: str):
+        from ..specs.aten import qualname
+        self.phase, self.devices = phase, tuple(str(d) for d in devices)
+        self.op = qualname(op) if hasattr(op, "_schema") else str(op)
+        super().__init__(
+            f"the {phase} mixes devices: {self.op} got tensors on {' and '.join(self.devices)}, so a real run on "
+            f"{device_type} ({self.devices[0]}) raises \"Expected all tensors to be on the same device\" too; "
+            f"move the other tensor to the model's device (e.g. target.to(out.device) in the loss function)")
 
 
 @dataclass
@@ -338,17 +352,24 @@ def _predict_one(chip, model, example_inputs, example_kwargs, backward, loss_fn,
     added = FakeTensor not in _opt._foreach_supported_types
     if added:
         _opt._foreach_supported_types.append(FakeTensor)
+    from torch._subclasses.fake_tensor import FakeTensorDeviceMismatchError
+    phase = "model's forward"
     try:
         with mode:
             fargs, fkwargs = tree(args), tree(example_kwargs or {})
             with rec:
                 out = torch.func.functional_call(model, state, fargs, fkwargs)
                 if backward or optimizer is not None:
+                    phase = "loss function" if loss_fn is not None else "loss (the output's sum)"
                     loss = (loss_fn or _default_loss)(out)
+                    phase = "backward pass"
                     loss.backward()
                 if optimizer is not None:
+                    phase = "optimizer step"
                     make = _OPTIMIZERS[optimizer] if isinstance(optimizer, str) else optimizer
                     make(params).step()
+    except FakeTensorDeviceMismatchError as e:
+        raise MixedDevicesError(phase, e.func, (e.common_device, e.device), chip.device_type) from None
     finally:
         if added:
             _opt._foreach_supported_types.remove(FakeTensor)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..tensor import XPUTensor
+from .memformat import RULES as MEMORY_FORMAT_RULES
 
 
 def split_args(opi, vals):
@@ -84,6 +85,9 @@ def result_metas(func, opi, vals):
     invalid arguments.  Callers cache it per argument key."""
     pos, kw = split_args(opi, [to_meta(v) for v in vals])
     res = func(*pos, **kw)
+    rule = MEMORY_FORMAT_RULES.get(func)
+    if rule is not None:   # a meta kernel that leaves the CPU's memory format out (convolution)
+        res = rule(pos, kw, res)
     res = res if isinstance(res, (tuple, list)) else (res,)
     return tuple((tuple(r.shape), tuple(r.stride()), r.dtype) if isinstance(r, torch.Tensor) else None
                  for r in res)

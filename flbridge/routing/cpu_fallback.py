@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from ..specs import WRITE_ONLY
-from ..tensor import Storage, XPUTensor, covers_storage, host_address, host_bytes, host_view, new_tensor, set_geometry
 from ..binding import launch
+from ..errors import NestedNotSupported, QuantizedNotSupported
+from ..specs import WRITE_ONLY
+from ..tensor import (Storage, XPUTensor, covers_storage, host_address, host_bytes, host_view, new_tensor,
+                      set_geometry)
+
 
 
 def cpu_fallback(route, args, kwargs):
@@ -47,7 +50,18 @@ def cpu_fallback(route, args, kwargs):
         for t, h in zip(targets, hosts):
             if type(t) is XPUTensor:
                 _after_host_write(t, h)
+    _check_results(route, result)
     return _wrap_results(chip, result, seen.host_to_xpu, seen.storages)
+
+
+def _check_results(route, result) -> None:
+    """Results an fl tensor cannot hold get one clear error (fl tensors are dense, strided, unquantized)."""
+    for r in (result if isinstance(result, (list, tuple)) else (result,)):
+        if isinstance(r, torch.Tensor) and r.is_cpu:
+            if r.is_nested:
+                raise NestedNotSupported(f"{route.qualname} returned a nested tensor")
+            if r.is_quantized:
+                raise QuantizedNotSupported(f"{route.qualname} returned a quantized tensor")
 
 
 # Backward ops whose CPU kernels want their saved statistics in the input's

@@ -19,7 +19,7 @@ import torch
 from ..tensor import XPUTensor, traceable
 from ..binding.launch import WATCH
 from . import collectives as c10d_ops
-from . import failsafe
+from . import nested
 from . import special as crossings
 from . import views as metaops
 from .foreach import foreach
@@ -30,26 +30,23 @@ aten = torch.ops.aten
 
 
 def dispatch(cls, func, types, args=(), kwargs=None):
-    try:
-        if not _THREAD.__dict__:
-            _first_op_in_thread()
-        if WATCH.active:
-            return _watched(func, args, kwargs or {})
-        h = _HANDLERS.get(func)
-        if h is route:
-            # the common case, inlined: the chip of the first argument, its route
-            a = args[0] if args else None
-            if type(a) is XPUTensor:
-                r = a._st.chip.routes.get(func)
-                if r is not None:
-                    return r(args, kwargs or {})
-        elif h is None:
-            h = _HANDLERS[func] = _handler(func)
-        if _TRACING.seen and traceable.any_traced(args, kwargs):
-            return traceable.trace_dispatch(func, args, kwargs)
-        return h(func, args, kwargs or {})
-    except Exception as err:  # noqa: BLE001 - raised here, or at the end of a backward pass
-        return failsafe.defer(err, func, args, kwargs)
+    if not _THREAD.__dict__:
+        _first_op_in_thread()
+    if WATCH.active:
+        return _watched(func, args, kwargs or {})
+    h = _HANDLERS.get(func)
+    if h is route:
+        # the common case, inlined: the chip of the first argument, its route
+        a = args[0] if args else None
+        if type(a) is XPUTensor:
+            r = a._st.chip.routes.get(func)
+            if r is not None:
+                return r(args, kwargs or {})
+    elif h is None:
+        h = _HANDLERS[func] = _handler(func)
+    if _TRACING.seen and traceable.any_traced(args, kwargs):
+        return traceable.trace_dispatch(func, args, kwargs)
+    return h(func, args, kwargs or {})
 
 
 _THREAD = threading.local()
@@ -124,9 +121,15 @@ _HANDLERS: dict = {}
 
 
 def _handler(func):
+    nh = nested.handler(func)
+    if nh is not None:
+        return nh        # nested-tensor ops: TransformerEncoder's fast path, else a clear error
     k = kind(func)
     if k == SPECIAL:
         return SPECIAL_HANDLERS[SPECIAL_OPS[func]]
+    schema_args = func._schema.arguments
+    if k == ROUTED and schema_args and schema_args[0].name == "self" and any(a.name == "device" for a in schema_args):
+        return crossings.on_device(route)     # rand_like(x, device=...), new_zeros(..., device=...)
     return _BY_KIND[k]
 
 

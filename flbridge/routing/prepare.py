@@ -137,6 +137,20 @@ def prepare(k, given, meta=False):
                                            f"({e.impl} takes one dtype)", "cast both to one dtype")
             if idx not in read:
                 read.append(idx)
+    if from_inputs and ref is not None:
+        for idx, name, _ in k.tensor_args:
+            v = vals[idx]
+            if v is not None and type(v) is not XPUTensor and _category(v) > _category(ref):
+                # a CPU scalar (or number) of a higher kind promotes the computation, as
+                # PyTorch does: int64 == tensor(2.5) compares in float, not in int64.  The
+                # device inputs are cast to the promoted dtype if the kernel takes it.
+                promoted = torch.result_type(torch.empty((1,), dtype=ref, device="meta"), v)
+                if promoted not in e.dtypes:
+                    return Reason("dtype", f"{name} is a {_kind_name(v)} scalar beside {dtype_name(ref)} "
+                                           f"tensors: PyTorch compares in {dtype_name(promoted)}, which "
+                                           f"{e.impl} does not take",
+                                  "cast the tensors to the scalar's kind, or pass the scalar as a Python number")
+                ref = promoted
     out_shape = geo[0][0] if geo else None
     empty = all(g is None or g[3] == 0 for a, g in outs if a is None) and all(
         vals[i].numel() == 0 for i in k.mutated if isinstance(vals[i], torch.Tensor)
@@ -229,6 +243,19 @@ def _padded_shapes(k, vals, pad, out_shape):
             out[idx] = (real, padded_out, name)
     out["out"] = (real, padded_out)
     return out
+
+
+def _category(v) -> int:
+    """PyTorch's type-promotion category of a tensor's dtype, a Python number
+    or a dtype: bool < integer < floating < complex."""
+    dt = v if isinstance(v, torch.dtype) else v.dtype if isinstance(v, torch.Tensor) else None
+    if dt is not None:
+        return 0 if dt is torch.bool else 3 if dt.is_complex else 2 if dt.is_floating_point else 1
+    return 0 if isinstance(v, bool) else 1 if isinstance(v, int) else 3 if isinstance(v, complex) else 2
+
+
+def _kind_name(v) -> str:
+    return ("bool", "integer", "floating-point", "complex")[_category(v)]
 
 
 def _input_slot(k, v, idx, ref, out_shape):

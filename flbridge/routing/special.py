@@ -83,6 +83,24 @@ def empty_like(func, args, kwargs):
     return new_tensor(chip, tuple(m.shape), m.stride(), m.dtype)
 
 
+def on_device(handler):
+    """The handler of an op that takes a tensor and a `device=` (rand_like,
+    randn_like, randint_like, new_zeros, new_ones, new_full): a device other
+    than the tensor's gets the result, made there from the tensor's metadata
+    alone (PyTorch's own kernel on a meta stand-in allocates on that device),
+    as on CUDA."""
+    def run(func, args, kwargs):
+        device = kwargs.get("device")
+        if device is not None:
+            d = torch.device(device)
+            if d.type == "fl":
+                d = chip_for(d).device
+            if d != args[0].device:
+                return func(to_meta(args[0]), *args[1:], **dict(kwargs, device=d))
+        return handler(func, args, kwargs)
+    return run
+
+
 def identity(func, args, kwargs):
     return args[0]
 

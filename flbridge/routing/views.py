@@ -8,6 +8,7 @@ import torch
 from ..devices import checkpoint
 from ..tensor import Storage, XPUTensor, dense_strides, itemsize, set_geometry
 from .argkeys import arg_key, to_meta
+from ..tensor.untyped_storage import owner_storage
 from .route import route
 
 aten = torch.ops.aten
@@ -148,6 +149,16 @@ def set_(func, args, kwargs):
         size = args[3] if len(args) > 3 else kwargs.get("size", (source.nbytes() // self.element_size(),))
         stride = args[4] if len(args) > 4 else kwargs.get("stride", ())
         checkpoint.adopt(self, source, offset, size, stride)
+        return self
+    st = owner_storage(source)
+    if st is not None:   # another fl tensor's untyped_storage() (TypedStorage indexing, x.set_(y.untyped_storage()))
+        if st.chip is not self._st.chip:
+            raise RuntimeError(f"set_: the storage is on {st.chip.device}, the tensor on {self.device}")
+        offset = args[2] if len(args) > 2 else kwargs.get("storage_offset", 0)
+        size = args[3] if len(args) > 3 else kwargs.get("size", (st.nbytes // self.element_size(),))
+        stride = args[4] if len(args) > 4 else kwargs.get("stride", ())
+        self._st = st
+        set_geometry(self, tuple(size), tuple(stride) if stride else dense_strides(list(size)), int(offset))
         return self
     raise NotImplementedError(f"flbridge: {func} on an fl tensor (set_ to a storage object) is not "
                               f"supported; use set_(other_fl_tensor)")

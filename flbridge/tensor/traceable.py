@@ -65,11 +65,6 @@ _DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_
 _K_DL_EXT_DEV = 12      # DLPack's kDLExtDev: ATen maps it to PrivateUse1
 
 
-@_DELETER
-def _no_delete(_):
-    pass
-
-
 _KEEP: list = []        # the DLPack structs behind the templates (never freed)
 _TEMPLATES: dict = {}   # (device index, dtype) -> empty plain tensor on fl:N
 
@@ -92,7 +87,9 @@ def _template(index: int, dtype: torch.dtype) -> torch.Tensor:
             m.dl_tensor.ndim = 1
             m.dl_tensor.dtype = _DLDataType(1, 8, 1)      # uint8
             m.dl_tensor.shape, m.dl_tensor.strides = shape, strides
-            m.deleter = _no_delete
+            # no deleter (NULL, which DLPack allows and ATen checks): a Python callback
+            # would be freed at interpreter exit before the templates that point at it
+            m.deleter = _DELETER()
             _KEEP.extend((m, shape, strides))
             new_capsule = ctypes.pythonapi.PyCapsule_New
             new_capsule.restype = ctypes.py_object
@@ -111,11 +108,22 @@ _set_storage = torch.ops.aten.set_.source_Storage_storage_offset.redispatch
 _as_strided = torch.ops.aten.as_strided.default.redispatch
 
 
+# Stand-in storages get addresses of their own, from a range no host or
+# device memory uses (non-canonical on x86-64: nothing can dereference one),
+# never overlapping: code that finds tensors sharing memory through the
+# stand-ins (safetensors, huggingface_hub's save_pretrained) sees one range
+# per flbridge Storage.  A null address would make data_ptr() refuse.
+_STAND_IN_BASE = 1 << 60
+_stand_in_next = [_STAND_IN_BASE]
+
+
 def _inner_storage(st, device):
     """One C++ storage per flbridge Storage (views' stand-ins share it)."""
     us = _INNER_STORAGES.get(st)
     if us is None or us.nbytes() < st.nbytes:
-        us = _INNER_STORAGES[st] = torch._C._construct_storage_from_data_pointer(0, device, st.nbytes)
+        addr = _stand_in_next[0]
+        _stand_in_next[0] += (st.nbytes + 127) // 64 * 64     # 64-byte aligned, a gap between ranges
+        us = _INNER_STORAGES[st] = torch._C._construct_storage_from_data_pointer(addr, device, st.nbytes)
     return us
 
 

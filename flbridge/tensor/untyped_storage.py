@@ -1,13 +1,21 @@
-"""``untyped_storage()`` of an fl tensor, with a working ``resize_``.
+"""``untyped_storage()`` of an fl tensor, working like a CUDA tensor's.
 
 An XPUTensor is a wrapper subclass: PyTorch gives it a storage object
-without data, whose ``resize_`` raises "invalid python storage".  FSDP2
-frees each unsharded parameter after use and re-allocates it before the
-next all-gather exactly that way (``storage.resize_(0)`` /
-``storage.resize_(nbytes)``), so the storage object is given this subclass
-(same object, still a ``torch.UntypedStorage``), whose ``size``/``nbytes``
-/``resize_`` act on the tensor's :class:`~flbridge.tensor.residency.Storage`,
-shared by all its views.
+without data, whose methods raise "invalid python storage".  So the storage
+object is given this subclass (same object, still a ``torch.UntypedStorage``),
+whose methods act on the tensor's :class:`~flbridge.tensor.residency.Storage`,
+shared by all its views:
+
+* ``size``/``nbytes``/``resize_``: FSDP2 frees each unsharded parameter
+  after use and re-allocates it before the next all-gather exactly that way
+  (``storage.resize_(0)`` / ``storage.resize_(nbytes)``);
+* ``data_ptr()``: the device address of the storage's first byte, as for
+  CUDA (so ``t.data_ptr() - t.untyped_storage().data_ptr()`` is the byte
+  offset); safetensors and HF ``save_pretrained`` find shared tensors (tied
+  weights) with it;
+* ``cpu()``, ``tolist()``, indexing, ``print``, ``clone()``, ``copy_()``
+  and pickling: what ``torch.save`` (which writes ``storage.cpu()``) and
+  debugging need.
 """
 from __future__ import annotations
 
@@ -15,8 +23,10 @@ import weakref
 
 import torch
 
-# storage object -> the fl tensor that last asked for it (read at call time:
-# set_ can give a tensor another Storage)
+from .residency import make_resident
+
+# storage object -> the Storage of the fl tensor that last asked for it
+# (views share one storage object; set_ gives a tensor a new one)
 _OWNER: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
@@ -24,10 +34,7 @@ class FLUntypedStorage(torch.UntypedStorage):
     __slots__ = ()
 
     def _st(self):
-        t = _OWNER[self]()
-        if t is None:
-            raise RuntimeError("the fl tensor that owned this storage was freed")
-        return t._st
+        return _OWNER[self]
 
     def size(self) -> int:
         return self._st().nbytes
@@ -39,13 +46,88 @@ class FLUntypedStorage(torch.UntypedStorage):
         resize_bytes(self._st(), int(nbytes))
         return self
 
+    def data_ptr(self) -> int:
+        st = self._st()
+        if not st.nbytes:
+            return 0
+        make_resident(st.chip, [st])
+        return st.dev
+
+    def cpu(self) -> torch.UntypedStorage:
+        """A CPU copy of the bytes."""
+        st = self._st()
+        if not st.nbytes:
+            return torch.UntypedStorage(0)
+        st.ensure_host()
+        return st.host.clone().untyped_storage()
+
+    def to(self, *, device, non_blocking: bool = False):
+        device = torch.device(device)
+        if device.type == "cpu":
+            return self.cpu()
+        if device.type == "fl" and (device.index is None or device == self.device):
+            return self
+        return self.cpu().to(device=device)
+
+    def _bytes(self) -> torch.Tensor:
+        """The storage as a 1-D uint8 fl tensor (aliasing it)."""
+        st = self._st()
+        return torch.empty(0, dtype=torch.uint8, device=st.chip.device).set_(self, 0, (st.nbytes,), (1,))
+
+    def copy_(self, source, non_blocking=None):
+        src = source._untyped_storage if isinstance(source, torch.TypedStorage) else source
+        if src.nbytes() != self.nbytes():
+            raise RuntimeError(f"size mismatch, {self.nbytes()} vs {src.nbytes()}")
+        if self.nbytes():
+            data = src._bytes() if isinstance(src, FLUntypedStorage) else \
+                torch.empty(0, dtype=torch.uint8).set_(src)
+            self._bytes().copy_(data)
+        return self
+
+    def clone(self) -> "FLUntypedStorage":
+        return storage_of(self._bytes().clone())
+
+    def fill_(self, value):
+        self._bytes().fill_(value)
+        return self
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            raise NotImplementedError("slicing the storage of an fl tensor is not supported: slice the "
+                                      "tensor, or .cpu() the storage first")
+        return self._bytes()[idx].item()
+
+    def __setitem__(self, idx, value):
+        self._bytes()[idx] = value
+
+    def tolist(self) -> list:
+        return self.cpu().tolist()
+
+    def __iter__(self):
+        return iter(self.tolist())
+
+    def __repr__(self):
+        data = " " + "\n ".join(str(b) for b in self.tolist())
+        return f"{data}\n[{torch.typename(self)}(device={self.device}) of size {self.nbytes()}]"
+
+    __str__ = __repr__
+
+    def _write_file(self, *args, **kwargs):
+        # torch.save's legacy format (and pickle, which uses it) writes the bytes from the host
+        return self.cpu()._write_file(*args, **kwargs)
+
 
 def storage_of(t) -> FLUntypedStorage:
     s = torch.Tensor.untyped_storage(t)
     if type(s) is not FLUntypedStorage:
         s.__class__ = FLUntypedStorage
-    _OWNER[s] = weakref.ref(t)
+    _OWNER[s] = t._st
     return s
+
+
+def owner_storage(storage):
+    """The Storage of an fl tensor's untyped storage object, or None."""
+    return _OWNER.get(storage) if type(storage) is FLUntypedStorage else None
 
 
 def resize_bytes(st, nbytes: int) -> None:

@@ -19,6 +19,12 @@ import torch
 from .residency import Storage
 
 
+# an XPUTensor's own attributes: its Storage and cached descriptors / host views
+_PRIVATE = frozenset(("_st", "_d", "_dd", "_k", "_hv", "_fl"))   # storage, caches, the compile stand-in
+# not pickled with a parameter's state: what makes it a parameter, the class it had on the CPU
+_NOT_STATE = _PRIVATE | {"_is_param", "_flbridge_host_class"}
+
+
 class XPUTensor(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl
 
@@ -66,14 +72,24 @@ class XPUTensor(torch.Tensor):
                         f"copy the tensor to host memory first.")
 
     def __reduce_ex__(self, proto):
-        # Pickle (and torch.save) as a plain CPU tensor, so a saved state dict
-        # loads anywhere, including with weights_only=True and no flbridge.
-        t = host_copy(self)
-        if self.requires_grad and self.is_leaf:
-            t.requires_grad_(True)
-        if isinstance(self, torch.nn.Parameter) or getattr(self, "_is_param", False):
-            return torch.nn.Parameter(t, self.requires_grad).__reduce_ex__(proto)
-        return t.__reduce_ex__(proto)
+        # Pickled (and torch.save'd) as a device tensor is, as PyTorch's own
+        # _rebuild_tensor_v2 of its storage, whose location torch.save records
+        # as "fl:N": torch.load gives it back on fl:N (map_location="cpu"
+        # gives a CPU tensor, also in a process without flbridge), with
+        # weights_only=True too.  Storages shared by views stay shared.
+        from collections import OrderedDict
+        from .untyped_storage import storage_of
+        if getattr(self, "_is_param", False):
+            state = {k: v for k, v in self.__dict__.items() if k not in _NOT_STATE}
+            hooks = OrderedDict()   # hooks are not serialized (torch's Parameter.__reduce_ex__)
+            if state:
+                return (torch._utils._rebuild_parameter_with_state,
+                        (self.detach(), self.requires_grad, hooks, state))
+            return torch._utils._rebuild_parameter, (self.detach(), self.requires_grad, hooks)
+        storage = torch.storage.TypedStorage(wrap_storage=storage_of(self), dtype=self.dtype, _internal=True)
+        return (torch._utils._rebuild_tensor_v2,
+                (storage, self.storage_offset(), tuple(self.size()), self.stride(),
+                 self.requires_grad and self.is_leaf, OrderedDict()))
 
     def __deepcopy__(self, memo):
         if id(self) in memo:
@@ -89,7 +105,7 @@ class XPUTensor(torch.Tensor):
         if self.grad is not None:
             new.grad = copy.deepcopy(self.grad, memo)
         for k, v in self.__dict__.items():
-            if k not in ("_st", "_d", "_dd", "_k", "_hv", "_fl"):
+            if k not in _PRIVATE:
                 setattr(new, k, copy.deepcopy(v, memo))
         memo[id(self)] = new
         return new

@@ -17,6 +17,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 /* Vector code is worthless without fused multiply-add, and ISO C modes
  * (-std=c11) turn contraction off in GCC. */
@@ -68,6 +71,14 @@ typedef float vf __attribute__((vector_size(VL * sizeof(float)), aligned(sizeof(
 #ifndef NC
 #define NC 2048
 #endif
+/* The implicit GEMM (simblas_gemm_segs) packs nothing, so its K blocks only
+ * bound the B panel it streams (KC_SEGS x NR floats, 80 KiB, in L2): a
+ * convolution's K (9 x 64 for a 3x3 over 64 channels) then runs in one
+ * block, each C tile finished in registers (7-10% faster than 2 blocks of
+ * 288 on the 64-channel convolution benchmark). */
+#ifndef KC_SEGS
+#define KC_SEGS 640
+#endif
 /* Float32 A rows (unit column stride) are read in place instead of packed
  * when B is at most this wide: packing only pays for itself over many B
  * panels.  (Not for row strides that are multiples of 4 KiB, where MR rows
@@ -81,12 +92,6 @@ typedef float vf __attribute__((vector_size(VL * sizeof(float)), aligned(sizeof(
  * would cost more than the product.) */
 #ifndef B_DIRECT_MAX_RS
 #define B_DIRECT_MAX_RS (4 * NR)
-#endif
-/* A block of callback-computed rows (simblas_gemm_rows) is about this big:
- * written, then read back at once (flat from 48 to 256 KiB on the
- * convolution benchmark, slower below). */
-#ifndef ROWS_BLOCK_BYTES
-#define ROWS_BLOCK_BYTES (96 * 1024)
 #endif
 /* Prefetch the C tile at the start of the micro-kernel: a C bigger than L2
  * would otherwise stall every tile store. */
@@ -219,9 +224,11 @@ static int same_geometry(const simblas_mat *a, const simblas_mat *b) {
 
 /* -------------------------------------------------------- micro-kernel */
 
-/* A arrives either packed (panel layout a[k * MR + r]) or as rows of a dense
- * float32 matrix read in place (a[r * ars + k]); B as NR-wide rows bks apart. */
-enum { A_PACKED, A_ROWS };
+/* A arrives either packed (panel layout a[k * MR + r]), as rows of a dense
+ * float32 matrix read in place (a[r * ars + k]), or as rows read in place in
+ * runs (A_SEGS: run s of the K block is slen[s] floats at a[r * ars +
+ * soff[s]], the runs in K order); B as NR-wide rows bks apart. */
+enum { A_PACKED, A_ROWS, A_SEGS };
 
 typedef struct {
     int64_t kc;
@@ -234,6 +241,8 @@ typedef struct {
     int n;           /* valid columns (<= NR); the rest are computed and dropped */
     int load;        /* 1: add the tile's current contents (a later K block) */
     float scale;     /* applied to the finished sum (alpha on the last K block) */
+    int nseg;        /* A_SEGS: the runs of this K block */
+    const int64_t *soff, *slen;
 } ukr_args;
 
 #if SB_VECTOR
@@ -248,15 +257,32 @@ static inline __attribute__((always_inline)) void ukr_body(const int m, const in
             for (int v = 0; v < nv; v++) __builtin_prefetch(p->c + r * p->ldc + v * VL, 1, 3);
     const float *a = p->a, *b = p->b;
     const int64_t ars = p->ars, bks = p->bks, kc = p->kc;
-    for (int64_t k = 0; k < kc; k++) {
-        vf bv[NV];
-        for (int v = 0; v < nv; v++) bv[v] = *(const vf *)(b + v * VL);
-        for (int r = 0; r < m; r++) {
-            const float av = layout == A_PACKED ? a[r] : a[r * ars];
-            for (int v = 0; v < nv; v++) acc[r][v] += av * bv[v];
+    if (layout == A_SEGS) {
+        for (int s = 0; s < p->nseg; s++) {
+            const float *as = a + p->soff[s];
+            const int64_t len = p->slen[s];
+            for (int64_t k = 0; k < len; k++) {
+                vf bv[NV];
+                for (int v = 0; v < nv; v++) bv[v] = *(const vf *)(b + v * VL);
+                for (int r = 0; r < m; r++) {
+                    const float av = as[r * ars];
+                    for (int v = 0; v < nv; v++) acc[r][v] += av * bv[v];
+                }
+                as++;
+                b += bks;
+            }
         }
-        a += layout == A_PACKED ? MR : 1;
-        b += bks;
+    } else {
+        for (int64_t k = 0; k < kc; k++) {
+            vf bv[NV];
+            for (int v = 0; v < nv; v++) bv[v] = *(const vf *)(b + v * VL);
+            for (int r = 0; r < m; r++) {
+                const float av = layout == A_PACKED ? a[r] : a[r * ars];
+                for (int v = 0; v < nv; v++) acc[r][v] += av * bv[v];
+            }
+            a += layout == A_PACKED ? MR : 1;
+            b += bks;
+        }
     }
     float *c = p->c;
     const int64_t ldc = p->ldc;
@@ -288,13 +314,18 @@ static inline void ukr_body(const int m, const int nv, const int layout, const u
     for (int r = 0; r < m; r++)
         for (int j = 0; j < nc; j++) acc[r][j] = 0.0f;
     const float *a = p->a, *b = p->b;
-    for (int64_t k = 0; k < p->kc; k++) {
-        for (int r = 0; r < m; r++) {
-            const float av = layout == A_PACKED ? a[r] : a[r * p->ars];
-            for (int j = 0; j < nc; j++) acc[r][j] += av * b[j];
+    const int nseg = layout == A_SEGS ? p->nseg : 1;
+    for (int s = 0; s < nseg; s++) {
+        const int64_t len = layout == A_SEGS ? p->slen[s] : p->kc;
+        if (layout == A_SEGS) a = p->a + p->soff[s];
+        for (int64_t k = 0; k < len; k++) {
+            for (int r = 0; r < m; r++) {
+                const float av = layout == A_PACKED ? a[r] : a[r * p->ars];
+                for (int j = 0; j < nc; j++) acc[r][j] += av * b[j];
+            }
+            a += layout == A_PACKED ? MR : 1;
+            b += p->bks;
         }
-        a += layout == A_PACKED ? MR : 1;
-        b += p->bks;
     }
     const int n = p->n < nc ? p->n : nc;
     for (int r = 0; r < m; r++) {
@@ -335,17 +366,21 @@ SB_UKR(ukr_packed_1, 1, A_PACKED)
 SB_UKR(ukr_packed_2, 2, A_PACKED)
 SB_UKR(ukr_rows_1, 1, A_ROWS)
 SB_UKR(ukr_rows_2, 2, A_ROWS)
+SB_UKR(ukr_segs_1, 1, A_SEGS)
+SB_UKR(ukr_segs_2, 2, A_SEGS)
 #if NV > 2
 SB_UKR(ukr_packed_3, 3, A_PACKED)
 SB_UKR(ukr_packed_4, 4, A_PACKED)
 SB_UKR(ukr_rows_3, 3, A_ROWS)
 SB_UKR(ukr_rows_4, 4, A_ROWS)
+SB_UKR(ukr_segs_3, 3, A_SEGS)
+SB_UKR(ukr_segs_4, 4, A_SEGS)
 #endif
 
 typedef void (*ukr_fn)(int m, const ukr_args *p);
 
-/* The kernel for a tile n columns wide. */
-static ukr_fn pick_kernel(int packed, int n) {
+/* The kernel for a tile n columns wide, A laid out as `layout`. */
+static ukr_fn pick_kernel(int layout, int n) {
     static const ukr_fn packed_k[] = {ukr_packed_1, ukr_packed_2,
 #if NV > 2
                                       ukr_packed_3, ukr_packed_4
@@ -356,8 +391,13 @@ static ukr_fn pick_kernel(int packed, int n) {
                                     ukr_rows_3, ukr_rows_4
 #endif
     };
+    static const ukr_fn segs_k[] = {ukr_segs_1, ukr_segs_2,
+#if NV > 2
+                                    ukr_segs_3, ukr_segs_4
+#endif
+    };
     int nv = (n + VL - 1) / VL;
-    return packed ? packed_k[nv - 1] : rows_k[nv - 1];
+    return layout == A_PACKED ? packed_k[nv - 1] : layout == A_ROWS ? rows_k[nv - 1] : segs_k[nv - 1];
 }
 
 /* ------------------------------------------------------------- packing */
@@ -411,7 +451,7 @@ static void pack_a(const mat2 *A, int64_t i0, int64_t mc, int64_t k0, int64_t kc
 enum {
     A_SRC_PACK,    /* packed into MR-row panels (any dtype and strides) */
     A_SRC_DIRECT,  /* float32 rows read in place */
-    A_SRC_ROWS     /* rows produced by the caller's callback into a small buffer */
+    A_SRC_SEGS     /* float32 rows read in place in runs (simblas_gemm_segs) */
 };
 
 typedef struct {
@@ -420,8 +460,12 @@ typedef struct {
     int c_direct;          /* C is float32 with unit column stride: tiles accumulate in place */
     int a_src;
     int b_direct;          /* full B panels are read in place (float32 rows close together) */
-    simblas_rows_fn a_rows;
-    void *a_ctx;
+    const float *sa;       /* A_SRC_SEGS: row i at sa + i * sars, runs soff/slen */
+    int64_t sars;
+    int nseg;
+    const int64_t *soff, *slen;
+    int64_t *boff, *blen;  /* the runs of the current K block (scratch, nseg entries) */
+    int accumulate;        /* C's current contents are added to (simblas_gemm_segs) */
     int64_t kc_blk, nc_blk, mc_blk;
     float *ap, *bp, *cw;
 } plan;
@@ -445,8 +489,24 @@ static void finish_tile(const plan *pl, const mat2 *D, const mat2 *C, int64_t i0
     }
 }
 
+/* The runs of K block [k0, k0 + kc) into pl->boff / pl->blen; returns how many. */
+static int block_runs(const plan *pl, int64_t k0, int64_t kc) {
+    int n = 0;
+    int64_t k = 0;
+    for (int s = 0; s < pl->nseg && k < k0 + kc; s++) {
+        const int64_t lo = k > k0 ? k : k0, hi = k + pl->slen[s] < k0 + kc ? k + pl->slen[s] : k0 + kc;
+        if (hi > lo) {
+            pl->boff[n] = pl->soff[s] + (lo - k);
+            pl->blen[n++] = hi - lo;
+        }
+        k += pl->slen[s];
+    }
+    return n;
+}
+
 static void run_entry(const plan *pl, const mat2 *A, const mat2 *B, const mat2 *D, const mat2 *C) {
     const int64_t M = pl->M, N = pl->N, K = pl->K;
+    const int layout = pl->a_src == A_SRC_PACK ? A_PACKED : pl->a_src == A_SRC_SEGS ? A_SEGS : A_ROWS;
     float tile[MR * NR];
     for (int64_t jc = 0; jc < N; jc += pl->nc_blk) {
         const int64_t nc = N - jc < pl->nc_blk ? N - jc : pl->nc_blk;
@@ -458,16 +518,19 @@ static void run_entry(const plan *pl, const mat2 *A, const mat2 *B, const mat2 *
             const int first = pc == 0, last = pc + kc == K;
             if (!pl->b_direct) pack_b(B, pc, kc, jc, nc, pl->bp);
             else if (b_tail_packed) pack_b(B, pc, kc, jc + last_jr, nc - last_jr, pl->bp);
+            const int nseg = pl->a_src == A_SRC_SEGS ? block_runs(pl, pc, kc) : 0;
             for (int64_t ic = 0; ic < M; ic += pl->mc_blk) {
                 const int64_t mc = M - ic < pl->mc_blk ? M - ic : pl->mc_blk;
                 if (pl->a_src == A_SRC_PACK) pack_a(A, ic, mc, pc, kc, pl->ap);
-                else if (pl->a_src == A_SRC_ROWS) pl->a_rows(pl->a_ctx, ic, mc, pc, kc, pl->ap, kc);
                 for (int64_t jr = 0; jr < nc; jr += NR) {
                     const int n = (int)(nc - jr < NR ? nc - jr : NR);
-                    const ukr_fn kern = pick_kernel(pl->a_src == A_SRC_PACK, n);
+                    const ukr_fn kern = pick_kernel(layout, n);
                     ukr_args u;
                     u.kc = kc;
-                    u.ars = pl->a_src == A_SRC_DIRECT ? A->rs : kc;
+                    u.ars = pl->a_src == A_SRC_DIRECT ? A->rs : pl->a_src == A_SRC_SEGS ? pl->sars : kc;
+                    u.nseg = nseg;
+                    u.soff = pl->boff;
+                    u.slen = pl->blen;
                     if (!pl->b_direct) {
                         u.b = pl->bp + jr * kc;
                         u.bks = NR;
@@ -479,12 +542,13 @@ static void run_entry(const plan *pl, const mat2 *A, const mat2 *B, const mat2 *
                         u.bks = B->rs;
                     }
                     u.n = n;
-                    u.load = !first;
+                    u.load = !first || pl->accumulate;
                     u.scale = last ? pl->alpha : 1.0f;
                     for (int64_t ir = 0; ir < mc; ir += MR) {
                         const int m = (int)(mc - ir < MR ? mc - ir : MR);
                         const int64_t i = ic + ir, j = jc + jr;
-                        u.a = pl->a_src == A_SRC_DIRECT ? (const float *)at(A, i, pc) : pl->ap + ir * kc;
+                        u.a = pl->a_src == A_SRC_DIRECT ? (const float *)at(A, i, pc)
+                              : pl->a_src == A_SRC_SEGS ? pl->sa + i * pl->sars : pl->ap + ir * kc;
                         if (pl->c_direct) {
                             u.c = (float *)at(C, i, j);
                             u.ldc = C->rs;
@@ -559,7 +623,7 @@ static void run_dot(const plan *pl, const mat2 *A, const mat2 *B, const mat2 *D,
     }
 }
 
-/* Runs the blocked product; A is `A` or, when A is NULL, pl->a_rows. */
+/* Runs the blocked product; A is `A` or, when A is NULL, the runs of pl->sa. */
 static void core(plan *pl, int64_t batch, const simblas_mat *A, const simblas_mat *B,
                  const simblas_mat *D, const simblas_mat *C) {
     const int64_t M = pl->M, N = pl->N, K = pl->K;
@@ -572,14 +636,13 @@ static void core(plan *pl, int64_t batch, const simblas_mat *A, const simblas_ma
         return;
     }
     /* equal K blocks: K = 200 runs as 2 x 100, not 192 + 8 */
-    int64_t nk = (K + KC - 1) / KC;
+    const int64_t kc_max = A ? KC : KC_SEGS;
+    int64_t nk = (K + kc_max - 1) / kc_max;
     pl->kc_blk = (K + nk - 1) / nk;
     pl->nc_blk = N < NC ? N : NC;
     pl->mc_blk = MC;
     if (!A) {
-        pl->a_src = A_SRC_ROWS;
-        int64_t rows = ROWS_BLOCK_BYTES / (pl->kc_blk * (int64_t)sizeof(float)) / MR * MR;
-        pl->mc_blk = rows < MR ? MR : rows > MC ? MC : rows;
+        pl->a_src = A_SRC_SEGS;
     } else if (A->dtype == SIM_F32 && A->cs == 1 &&
                (N <= NR || (N <= A_DIRECT_MAX_N && (llabs(A->rs) * 4) % 4096 != 0))) {
         pl->a_src = A_SRC_DIRECT;
@@ -596,7 +659,8 @@ static void core(plan *pl, int64_t batch, const simblas_mat *A, const simblas_ma
     int64_t ncp = (pl->nc_blk + NR - 1) / NR * NR;
     int64_t mcp = M < pl->mc_blk ? (M + MR - 1) / MR * MR : pl->mc_blk;
     pl->bp = xmalloc((size_t)(pl->kc_blk * ncp) * sizeof(float));
-    pl->ap = pl->a_src == A_SRC_DIRECT ? NULL : xmalloc((size_t)(pl->kc_blk * mcp) * sizeof(float));
+    pl->ap = pl->a_src == A_SRC_DIRECT || pl->a_src == A_SRC_SEGS ? NULL
+             : xmalloc((size_t)(pl->kc_blk * mcp) * sizeof(float));
     for (int64_t b = 0; b < batch; b++) {
         mat2 a, bb = entry(B, b), c = entry(C, b), d;
         if (A) a = entry(A, b);
@@ -681,41 +745,186 @@ void simblas_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
     free(dcopy);
 }
 
-void simblas_gemm_rows(int64_t M, int64_t N, int64_t K, float alpha, simblas_rows_fn a_rows,
-                       void *a_ctx, const simblas_mat *B, float beta, const simblas_mat *D,
+void simblas_gemm_segs(int64_t M, int64_t N, int64_t K, const float *a, int64_t ars, int nseg,
+                       const int64_t *seg_off, const int64_t *seg_len, const simblas_mat *B, int accumulate,
                        const simblas_mat *C) {
-    if (M <= 0 || N <= 0) return;
-    if (beta == 0.0f) D = NULL;
-    simblas_mat dm;
-    float *dcopy = detach_d(1, M, N, &D, &dm, C);
+    if (M <= 0 || N <= 0 || K <= 0) return;
     plan pl;
-    plan_init(&pl, M, N, K, alpha, beta);
-    pl.a_rows = a_rows;
-    pl.a_ctx = a_ctx;
-    if (K <= 0 || overlaps(C, 1, M, N, B, K, N)) {
-        float *t = NULL;
-        if (K > 0) {
-            t = xmalloc((size_t)(M * N) * sizeof(float));
-            simblas_mat tm = {t, SIM_F32, N, 1, M * N};
-            pl.beta = 0.0f;
-            pl.c_direct = 1;
-            core(&pl, 1, NULL, B, NULL, &tm);
-        }
-        finish_all(1, M, N, t, beta, D, C);
-        free(t);
-    } else {
-        pl.c_direct = c_writable_in_place(1, M, N, D, C);
-        core(&pl, 1, NULL, B, D, C);
-    }
-    free(dcopy);
-}
-
-void simblas_to_f32(float *dst, const void *src, sim_dtype dtype, int64_t stride, int64_t n) {
-    gather((const char *)src, dtype, stride, n, dst, 1);
+    plan_init(&pl, M, N, K, 1.0f, 0.0f);
+    pl.sa = a;
+    pl.sars = ars;
+    pl.nseg = nseg;
+    pl.soff = seg_off;
+    pl.slen = seg_len;
+    pl.accumulate = accumulate;
+    pl.boff = xmalloc((size_t)(nseg > 0 ? nseg : 1) * 2 * sizeof(int64_t));
+    pl.blen = pl.boff + (nseg > 0 ? nseg : 1);
+    pl.c_direct = 1;
+    core(&pl, 1, NULL, B, NULL, C);
+    free(pl.boff);
 }
 
 void simblas_sgemm_dense(int64_t M, int64_t N, int64_t K, const float *A, const float *B, float *C) {
     simblas_mat a = {(void *)A, SIM_F32, K, 1, 0}, b = {(void *)B, SIM_F32, N, 1, 0};
     simblas_mat c = {C, SIM_F32, N, 1, 0};
     simblas_gemm(1, M, N, K, 1.0f, &a, &b, 0.0f, NULL, &c);
+}
+
+/* ------------------------------------------------------------ uint8 GEMM */
+
+/* The same blocking for 8-bit operands with an int32 result.  With zero
+ * point 128 on both sides, (a - 128)(b - 128) = a * b' - 128 * b' where
+ * b' = b - 128 is an int8, so the product is an unsigned-by-signed byte dot
+ * product (AVX-512 VNNI's vpdpbusd: four byte products added into each int32
+ * lane, exact) less 128 times B's column sums.  B is packed into
+ * NRI-column panels of int8 in groups of four K steps ([k/4][j][4]), A into
+ * MRI-row panels likewise ([k/4][r][4]), K zero-padded to a multiple of 4. */
+#if defined(__AVX512F__) && defined(__AVX512VNNI__) && !defined(SIMBLAS_PLAIN_C)
+#define U8_VNNI 1
+#define MRI 14
+#define NRI 32 /* two vectors of 16 int32 */
+#else
+#define U8_VNNI 0
+#define MRI 4
+#define NRI 16
+#endif
+#define KCI 1024 /* K block, a multiple of 4: A panel 14 KiB, B panel 32 KiB */
+#define MCI (MRI * 20)
+#define NCI 1024
+
+static int32_t *xmalloc_i32(int64_t n) { return xmalloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t)); }
+
+/* B[k0 : k0+kc, j0 : j0+nc] - 128 -> int8 panels [nc/NRI][kc4/4][NRI][4],
+ * zero padded in both directions; colsum[j] = the block's column sums. */
+static void pack_b_u8(const uint8_t *b, int64_t brs, int64_t bcs, int64_t k0, int64_t kc, int64_t kc4,
+                      int64_t j0, int64_t nc, int8_t *dst, int32_t *colsum) {
+    memset(dst, 0, (size_t)(((nc + NRI - 1) / NRI) * NRI * kc4));
+    for (int64_t jp = 0; jp < nc; jp += NRI) {
+        const int64_t n = nc - jp < NRI ? nc - jp : NRI;
+        int8_t *d = dst + jp * kc4;
+        int32_t sum[NRI] = {0};
+        for (int64_t k = 0; k < kc; k++) {
+            const uint8_t *row = b + (k0 + k) * brs + (j0 + jp) * bcs;
+            int8_t *dk = d + (k / 4) * NRI * 4 + k % 4;
+            if (bcs == 1)
+                for (int64_t j = 0; j < n; j++) dk[j * 4] = (int8_t)(row[j] ^ 0x80);
+            else
+                for (int64_t j = 0; j < n; j++) dk[j * 4] = (int8_t)(row[j * bcs] ^ 0x80);
+            for (int64_t j = 0; j < n; j++) sum[j] += dk[j * 4];
+        }
+        memcpy(colsum + jp, sum, (size_t)n * sizeof(int32_t));
+    }
+}
+
+/* A[i0 : i0+mc, k0 : k0+kc] -> panels [mc/MRI][kc4/4][MRI][4], zero padded. */
+static void pack_a_u8(const uint8_t *a, int64_t ars, int64_t acs, int64_t i0, int64_t mc, int64_t k0,
+                      int64_t kc, int64_t kc4, uint8_t *dst) {
+    for (int64_t ip = 0; ip < mc; ip += MRI) {
+        const int64_t m = mc - ip < MRI ? mc - ip : MRI;
+        uint8_t *d = dst + ip * kc4;
+        for (int64_t r = 0; r < MRI; r++) {
+            const uint8_t *row = a + (i0 + ip + r) * ars + k0 * acs;
+            uint8_t *dr = d + r * 4;
+            int64_t k = 0;
+            if (r < m && acs == 1)
+                for (; k + 4 <= kc; k += 4) memcpy(dr + (k / 4) * MRI * 4, row + k, 4);
+            for (; k < kc4; k++) dr[(k / 4) * MRI * 4 + k % 4] = r < m && k < kc ? row[k * acs] : 0;
+        }
+    }
+}
+
+/* tile[r][j] (rows NRI apart) = A panel rows . B panel columns over kc4 / 4 groups */
+static void ukr_u8(const uint8_t *ap, const int8_t *bp, int64_t kg, int m, int32_t *tile) {
+#if U8_VNNI
+    __m512i acc[MRI][2];
+    for (int r = 0; r < MRI; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+    for (int64_t k = 0; k < kg; k++) {
+        const __m512i b0 = _mm512_loadu_si512(bp), b1 = _mm512_loadu_si512(bp + 64);
+        for (int r = 0; r < MRI; r++) {
+            if (r < m) {
+                int32_t a4;
+                memcpy(&a4, ap + r * 4, 4);
+                const __m512i av = _mm512_set1_epi32(a4);
+                acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], av, b0);
+                acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], av, b1);
+            }
+        }
+        ap += MRI * 4;
+        bp += NRI * 4;
+    }
+    for (int r = 0; r < m; r++) {
+        _mm512_storeu_si512(tile + r * NRI, acc[r][0]);
+        _mm512_storeu_si512(tile + r * NRI + 16, acc[r][1]);
+    }
+#else
+    int32_t acc[MRI][NRI];
+    memset(acc, 0, sizeof acc);
+    for (int64_t k = 0; k < kg; k++) {
+        for (int r = 0; r < m; r++)
+            for (int j = 0; j < NRI; j++) {
+                int32_t s = 0;
+                for (int t = 0; t < 4; t++) s += (int32_t)ap[r * 4 + t] * (int32_t)bp[j * 4 + t];
+                acc[r][j] += s;
+            }
+        ap += MRI * 4;
+        bp += NRI * 4;
+    }
+    for (int r = 0; r < m; r++) memcpy(tile + r * NRI, acc[r], NRI * sizeof(int32_t));
+#endif
+}
+
+/* One specialization per tile height (the loop over r unrolls). */
+#define U8_C(mm) case mm: ukr_u8(ap, bp, kg, mm, tile); break;
+static void ukr_u8_any(const uint8_t *ap, const int8_t *bp, int64_t kg, int m, int32_t *tile) {
+    switch (m) {
+        U8_C(1) U8_C(2) U8_C(3) U8_C(4)
+#if MRI > 4
+        U8_C(5) U8_C(6) U8_C(7) U8_C(8) U8_C(9) U8_C(10) U8_C(11) U8_C(12) U8_C(13) U8_C(14)
+#endif
+        default: break;
+    }
+}
+
+void simblas_gemm_u8(int64_t M, int64_t N, int64_t K, const uint8_t *a, int64_t ars, int64_t acs,
+                     const uint8_t *b, int64_t brs, int64_t bcs, int32_t *c, int64_t crs, int64_t ccs) {
+    if (M <= 0 || N <= 0) return;
+    const int64_t nk = (K + KCI - 1) / KCI, kcb = nk ? (K + nk - 1) / nk : 0;
+    const int64_t kcb4 = (kcb + 3) / 4 * 4, ncb = N < NCI ? N : NCI;
+    const int64_t ncp = (ncb + NRI - 1) / NRI * NRI, mcp = (M < MCI ? (M + MRI - 1) / MRI : MCI / MRI) * MRI;
+    int8_t *bp = xmalloc((size_t)(kcb4 * ncp > 0 ? kcb4 * ncp : 1));
+    uint8_t *ap = xmalloc((size_t)(kcb4 * mcp > 0 ? kcb4 * mcp : 1));
+    int32_t *colsum = xmalloc_i32(ncp), tile[MRI * NRI];
+    if (K <= 0)
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) c[i * crs + j * ccs] = 0;
+    for (int64_t jc = 0; jc < N; jc += ncb) {
+        const int64_t nc = N - jc < ncb ? N - jc : ncb;
+        for (int64_t pc = 0; pc < K; pc += kcb) {
+            const int64_t kc = K - pc < kcb ? K - pc : kcb, kc4 = (kc + 3) / 4 * 4;
+            pack_b_u8(b, brs, bcs, pc, kc, kc4, jc, nc, bp, colsum);
+            for (int64_t ic = 0; ic < M; ic += MCI) {
+                const int64_t mc = M - ic < MCI ? M - ic : MCI;
+                pack_a_u8(a, ars, acs, ic, mc, pc, kc, kc4, ap);
+                for (int64_t jr = 0; jr < nc; jr += NRI) {
+                    const int64_t n = nc - jr < NRI ? nc - jr : NRI;
+                    for (int64_t ir = 0; ir < mc; ir += MRI) {
+                        const int m = (int)(mc - ir < MRI ? mc - ir : MRI);
+                        ukr_u8_any(ap + ir * kc4, bp + jr * kc4, kc4 / 4, m, tile);
+                        for (int r = 0; r < m; r++) {
+                            int32_t *cr = c + (ic + ir + r) * crs + (jc + jr) * ccs;
+                            const int32_t *t = tile + r * NRI;
+                            const int32_t *cs = colsum + jr;
+                            if (pc == 0)
+                                for (int64_t j = 0; j < n; j++) cr[j * ccs] = t[j] - 128 * cs[j];
+                            else
+                                for (int64_t j = 0; j < n; j++) cr[j * ccs] += t[j] - 128 * cs[j];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    free(bp);
+    free(ap);
+    free(colsum);
 }

@@ -54,24 +54,23 @@ SIM_HIDDEN void simblas_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, flo
                              const simblas_mat *A, const simblas_mat *B, float beta,
                              const simblas_mat *D, const simblas_mat *C);
 
-/* Writes rows [i0, i0+m) x columns [k0, k0+kc) of a computed A operand as
- * float32 into dst, row r at dst + r * ld: lets a caller feed A without
- * materializing it (convolution's im2col, a cache-sized block at a time).
- * Called with i0 increasing within each K block; k0 > 0 only when K is
- * split into blocks. */
-typedef void (*simblas_rows_fn)(void *ctx, int64_t i0, int64_t m, int64_t k0, int64_t kc,
-                                float *dst, int64_t ld);
+/* C = A @ B (accumulate: C += A @ B) with A read in place from float32
+ * memory: row i of A is the concatenation of nseg runs, run s being
+ * seg_len[s] consecutive floats at a + i * ars + seg_off[s] (the runs'
+ * lengths add up to K, in the order of B's rows).  An implicit GEMM: a
+ * convolution reads its windows out of a padded image this way, without an
+ * im2col copy.  C is dense float32 rows (unit column stride, rows at least N
+ * apart) not overlapping what A or B read. */
+SIM_HIDDEN void simblas_gemm_segs(int64_t M, int64_t N, int64_t K, const float *a, int64_t ars, int nseg,
+                                  const int64_t *seg_off, const int64_t *seg_len, const simblas_mat *B,
+                                  int accumulate, const simblas_mat *C);
 
-/* simblas_gemm (batch 1) with A supplied by a_rows.  C must not overlap
- * whatever a_rows reads; B and D may overlap C as in simblas_gemm. */
-SIM_HIDDEN void simblas_gemm_rows(int64_t M, int64_t N, int64_t K, float alpha,
-                                  simblas_rows_fn a_rows, void *a_ctx, const simblas_mat *B,
-                                  float beta, const simblas_mat *D, const simblas_mat *C);
-
-/* dst[t] = src[t * stride] as float32 for t < n (src addresses element 0):
- * the conversion packing uses, for kernels that build their own operands. */
-SIM_HIDDEN void simblas_to_f32(float *dst, const void *src, sim_dtype dtype, int64_t stride,
-                               int64_t n);
+/* C[i][j] = sum_k (A[i][k] - 128) * (B[k][j] - 128), exact in int32: uint8
+ * operands with zero point 128 (x1's int8 GEMM), strides in elements, C not
+ * overlapping A or B.  AVX-512 VNNI where the compiler targets it. */
+SIM_HIDDEN void simblas_gemm_u8(int64_t M, int64_t N, int64_t K, const uint8_t *a, int64_t ars, int64_t acs,
+                                const uint8_t *b, int64_t brs, int64_t bcs, int32_t *c, int64_t crs,
+                                int64_t ccs);
 
 /* Convenience for dense row-major float32 buffers: C[M,N] = A[M,K] @ B[K,N]. */
 SIM_HIDDEN void simblas_sgemm_dense(int64_t M, int64_t N, int64_t K, const float *A,

@@ -22,7 +22,7 @@
 
 #define GRANULE 256u        /* capacity is charged in units of this */
 #define GUARD 4096u         /* unmapped gap between two allocations */
-#define MAX_KERNELS 96
+#define MAX_KERNELS SIM_MAX_KERNELS
 #define MAX_FAULTS 16
 
 typedef struct {

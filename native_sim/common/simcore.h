@@ -55,6 +55,7 @@ typedef struct {
 } sim_counters;
 
 #define SIM_KERNEL_NAME_LEN 32
+#define SIM_MAX_KERNELS 192 /* distinct kernel names counted */
 
 /* ---- device life cycle ---- */
 SIM_HIDDEN void sim_configure(const char *chip, const char *env_prefix, uint64_t va_base,

@@ -79,6 +79,7 @@ typedef __m256 vf;
 #define vd_mul _mm512_mul_pd
 #define vf_load _mm256_loadu_ps
 #define vf_store _mm256_storeu_ps
+static inline double vd_hsum(vd v) { return _mm512_reduce_add_pd(v); }
 static inline vd vd_pow2(vd tm) { /* 2^n from the integer n in tm's low bits */
     return _mm512_castsi512_pd(
         _mm512_slli_epi64(_mm512_add_epi64(_mm512_castpd_si512(tm), _mm512_set1_epi64(1023)), 52));
@@ -120,6 +121,10 @@ typedef __m128 vf;
 #define vd_sub _mm256_sub_pd
 #define vd_mul _mm256_mul_pd
 #define vf_load _mm_loadu_ps
+static inline double vd_hsum(vd v) {
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+}
 #define vf_store _mm_storeu_ps
 static inline vd vd_pow2(vd tm) {
     return _mm256_castsi256_pd(
@@ -144,9 +149,82 @@ static inline vk vk_interval(vd a4) { return _mm_min_epi32(_mm256_cvttpd_epi32(a
 static inline vd vd_lookup16(const double *row, vk k) { return _mm256_i32gather_pd(row, k, 8); }
 #endif
 
+/* softmax's exp: float arithmetic, FE_N lanes (AVX-512: 16, AVX2: 8), for
+ * x <= 0 (a row less its maximum): 2^n * p(r) with r = x - n ln2 (ln2 in two
+ * parts), p the Taylor polynomial of degree 7 (relative error 5e-9), within
+ * one ulp of e^x; -inf and anything below -110 give 0.  Softmax rescales
+ * and sums what it computes, so the correctly rounded exp above (whose
+ * double arithmetic takes three times as long) would buy nothing there. */
+#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(VEXP_N)
+#define FE_N 16
+typedef __m512 fe;
+#define fe_load _mm512_loadu_ps
+#define fe_store _mm512_storeu_ps
+#define fe_set1 _mm512_set1_ps
+#define fe_fma _mm512_fmadd_ps
+#define fe_fnma _mm512_fnmadd_ps
+#define fe_sub _mm512_sub_ps
+#define fe_mul _mm512_mul_ps
+#define fe_max _mm512_max_ps
+#define fe_lo(e) _mm512_castps512_ps256(e)
+#define fe_hi(e) _mm512_extractf32x8_ps(e, 1)
+static inline fe fe_gt_select(fe v, fe m) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, m, _CMP_GT_OQ), m, v); }
+static inline fe fe_scale(fe p, fe n) { return _mm512_scalef_ps(p, n); } /* p * 2^n, exact into subnormals */
+static inline float fe_hmax(fe v) { return _mm512_reduce_max_ps(v); } /* v holds no NaN */
+static inline fe fe_nan_from(fe r, fe x) { return _mm512_mask_add_ps(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x, x); }
+#elif defined(__AVX2__) && defined(__FMA__) && defined(VEXP_N)
+#define FE_N 8
+typedef __m256 fe;
+#define fe_load _mm256_loadu_ps
+#define fe_store _mm256_storeu_ps
+#define fe_set1 _mm256_set1_ps
+#define fe_fma _mm256_fmadd_ps
+#define fe_fnma _mm256_fnmadd_ps
+#define fe_sub _mm256_sub_ps
+#define fe_mul _mm256_mul_ps
+#define fe_max _mm256_max_ps
+#define fe_lo(e) _mm256_castps256_ps128(e)
+#define fe_hi(e) _mm256_extractf128_ps(e, 1)
+static inline fe fe_gt_select(fe v, fe m) { return _mm256_blendv_ps(m, v, _mm256_cmp_ps(v, m, _CMP_GT_OQ)); }
+static inline fe fe_scale(fe p, fe n) { /* in two steps, so that 2^n below FLT_MIN still scales */
+    __m256i ni = _mm256_cvtps_epi32(n), h = _mm256_srai_epi32(ni, 1);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, _mm256_set1_epi32(127)), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, h),
+                                                                       _mm256_set1_epi32(127)), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+static inline float fe_hmax(fe v) { /* v holds no NaN */
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(h, _mm_shuffle_ps(h, h, 1)));
+}
+static inline fe fe_nan_from(fe r, fe x) {
+    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    return _mm256_blendv_ps(r, _mm256_add_ps(x, x), nan);
+}
+#endif
+
+#ifdef FE_N
+static inline __attribute__((always_inline)) fe fe_exp_nonpos(fe x) {
+    const fe shift = fe_set1(12582912.0f); /* 1.5 * 2^23: adding it rounds to an integer */
+    fe xc = fe_max(x, fe_set1(-110.0f));   /* -inf and NaN: -110 (NaN is put back below) */
+    fe n = fe_sub(fe_fma(xc, fe_set1(1.44269504088896341f), shift), shift);
+    fe r = fe_fnma(n, fe_set1(0.693359375f), xc); /* ln2 = hi + lo, n * hi exact */
+    r = fe_fnma(n, fe_set1(-2.12194440e-4f), r);
+    fe p = fe_fma(r, fe_set1(1.0f / 5040), fe_set1(1.0f / 720));
+    p = fe_fma(p, r, fe_set1(1.0f / 120));
+    p = fe_fma(p, r, fe_set1(1.0f / 24));
+    p = fe_fma(p, r, fe_set1(1.0f / 6));
+    p = fe_fma(p, r, fe_set1(0.5f));
+    p = fe_fma(p, r, fe_set1(1.0f));
+    p = fe_fma(p, r, fe_set1(1.0f));
+    return fe_nan_from(fe_scale(p, n), x);
+}
+#endif
+
 #ifdef VEXP_N
 /* e^x in double for x in [-110, 100] (the callers clamp) */
-static inline vd vd_exp(vd x) {
+static inline __attribute__((always_inline)) vd vd_exp(vd x) {
     const vd shift = vd_set1(6755399441055744.0);
     vd tm = vd_fma(x, vd_set1(1.4426950408889634074), shift);
     vd n = vd_sub(tm, shift);
@@ -164,7 +242,7 @@ static inline vd vd_exp(vd x) {
     return vd_mul(p, vd_pow2(tm));
 }
 
-static inline vf vf_exp(vf xf) {
+static inline __attribute__((always_inline)) vf vf_exp(vf xf) {
     vd x = vd_min(vd_max(vf_widen(xf), vd_set1(-110.0)), vd_set1(100.0)); /* NaN: fixed below */
     return vf_nan_from(vd_narrow(vd_exp(x)), xf);
 }
@@ -228,7 +306,7 @@ static const double ERF_C[12][16] = {
      -0.0004197669518403939, -0.0008483848238761772, -0.0009326780574116231, -0.0008594290605860439}
 };
 
-static inline vf vf_erf(vf xf) {
+static inline __attribute__((always_inline)) vf vf_erf(vf xf) {
     vd x = vf_widen(xf), a = vd_min(vd_abs(x), vd_set1(4.0));
     vk k = vk_interval(vd_mul(a, vd_set1(4.0)));
     vd kd = vd_lookup16(ERF_CENTRE, k), t = vd_sub(a, kd);
@@ -245,7 +323,7 @@ static inline vf vf_erf(vf xf) {
 
 /* tanh in double from e^2|x|: (E - 1) / (E + 1), exact enough from |x| = 1e-4
  * up (E - 1 keeps 12 digits), below that x - x^3/3; 1 from |x| = 20 on. */
-static inline vf vf_tanh(vf xf) {
+static inline __attribute__((always_inline)) vf vf_tanh(vf xf) {
     vd x = vf_widen(xf), a = vd_min(vd_abs(x), vd_set1(20.0));
     vd e = vd_exp(vd_add(a, a));
     vd big = vd_div(vd_sub(e, vd_set1(1.0)), vd_add(e, vd_set1(1.0)));
@@ -271,8 +349,58 @@ static inline vf vf_tanh(vf xf) {
         }                                                                                 \
     }
 VF_RUN(exp_run, vf_exp)
-VF_RUN(erf_run, vf_erf)
 VF_RUN(tanh_run, vf_tanh)
+#if defined(__AVX512F__)
+/* erf for GELU and its gradient: the piecewise polynomials above evaluated
+ * in float, 16 lanes at a time, each lane's coefficients picked from a
+ * 16-entry table in one register (vpermps): four times fewer instructions
+ * than the double evaluation, within about one ulp of erf (GELU's formula
+ * adds more rounding than that; PyTorch's own vectorized erf is a float
+ * approximation too). */
+static inline __m512 f16x_from_d(const double *p) { /* 16 doubles -> 16 floats */
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_loadu_pd(p))),
+                              _mm512_cvtpd_ps(_mm512_loadu_pd(p + 8)), 1);
+}
+
+static void erf_run(float *o, const float *x, int64_t n) {
+    /* erf = c0 + c1 t + t^2 S(t): c0 and c1 as float pairs (hi + lo), added
+     * so that the large parts round once, S's coefficients as floats */
+    __m512 c[12], lo[2], centre = f16x_from_d(ERF_CENTRE);
+    for (int i = 0; i < 12; i++) c[i] = f16x_from_d(ERF_C[i]);
+    for (int i = 0; i < 2; i++) {
+        double d[16];
+        float hi[16];
+        _mm512_storeu_ps(hi, c[i]);
+        for (int j = 0; j < 16; j++) d[j] = ERF_C[i][j] - (double)hi[j];
+        lo[i] = f16x_from_d(d);
+    }
+    const __m512 four = _mm512_set1_ps(4.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 live = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 xv = _mm512_maskz_loadu_ps(live, x + i);
+        const __m512 a = _mm512_min_ps(_mm512_abs_ps(xv), four);
+        const __m512i k = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(a, four)), _mm512_set1_epi32(15));
+        const __m512 t = _mm512_sub_ps(a, _mm512_permutexvar_ps(k, centre)); /* exact */
+        __m512 q[12];
+        for (int j = 0; j < 12; j++) q[j] = _mm512_permutexvar_ps(k, c[j]);
+        /* S(t) = q2 + q3 t + ... + q11 t^9 by Estrin's scheme */
+        const __m512 t2 = _mm512_mul_ps(t, t), t4 = _mm512_mul_ps(t2, t2), t8 = _mm512_mul_ps(t4, t4);
+        const __m512 s0 = _mm512_fmadd_ps(t2, _mm512_fmadd_ps(t, q[5], q[4]), _mm512_fmadd_ps(t, q[3], q[2]));
+        const __m512 s1 = _mm512_fmadd_ps(t2, _mm512_fmadd_ps(t, q[9], q[8]), _mm512_fmadd_ps(t, q[7], q[6]));
+        const __m512 S = _mm512_fmadd_ps(t8, _mm512_fmadd_ps(t, q[11], q[10]), _mm512_fmadd_ps(t4, s1, s0));
+        const __m512 small = _mm512_fmadd_ps(t2, S, _mm512_fmadd_ps(t, _mm512_permutexvar_ps(k, lo[1]),
+                                                                   _mm512_permutexvar_ps(k, lo[0])));
+        __m512 p = _mm512_add_ps(q[0], _mm512_fmadd_ps(t, q[1], small));
+        p = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, four, _CMP_LT_OQ), _mm512_set1_ps(1.0f), p);
+        p = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(p), _mm512_and_si512(
+            _mm512_castps_si512(xv), _mm512_set1_epi32((int)0x80000000u))));
+        p = _mm512_mask_add_ps(p, _mm512_cmp_ps_mask(xv, xv, _CMP_UNORD_Q), xv, xv); /* NaN: itself, quieted */
+        _mm512_mask_storeu_ps(o + i, live, p);
+    }
+}
+#else
+VF_RUN(erf_run, vf_erf)
+#endif
 #else
 /* the exp above in plain C (GCC still vectorizes its loops) */
 static inline float sk_expf(float xf) {
@@ -988,6 +1116,146 @@ sim_status simk_binary(const char *fn, const char *kernel, simk_binop op, const 
     return SIM_OK;
 }
 
+/* ------------------------------------------------ comparisons with a scalar */
+
+typedef struct {
+    simk_binop op;
+    float f;       /* the scalar as the floating operand's dtype rounds it */
+    int64_t i;     /* the scalar as an integer (integral scalars against integer tensors) */
+} cmps_ctx;
+
+#define CMP_LOOP(o, a, b, n, op)                                                          \
+    switch (op) {                                                                         \
+        case SIMK_EQ: for (int64_t k = 0; k < n; k++) o[k] = a[k] == b; break;            \
+        case SIMK_NE: for (int64_t k = 0; k < n; k++) o[k] = a[k] != b; break;            \
+        case SIMK_LT: for (int64_t k = 0; k < n; k++) o[k] = a[k] < b; break;             \
+        case SIMK_LE: for (int64_t k = 0; k < n; k++) o[k] = a[k] <= b; break;            \
+        case SIMK_GT: for (int64_t k = 0; k < n; k++) o[k] = a[k] > b; break;             \
+        default: for (int64_t k = 0; k < n; k++) o[k] = a[k] >= b; break;                 \
+    }
+
+static void cmps_f(const void *vc, float *o, const float *const *x, int64_t n) {
+    const cmps_ctx *c = vc;
+    const float *a = x[0], b = c->f;
+    CMP_LOOP(o, a, b, n, c->op)
+}
+
+static void cmps_i(const void *vc, int64_t *o, const int64_t *const *x, int64_t n) {
+    const cmps_ctx *c = vc;
+    const int64_t *a = x[0], b = c->i;
+    CMP_LOOP(o, a, b, n, c->op)
+}
+
+sim_status simk_compare_scalar(const char *fn, const char *kernel, simk_binop op, const sim_view *a, double other,
+                               const sim_view *out) {
+    sim_status st;
+    if (op < SIMK_EQ || op > SIMK_GE) return sim_fail(SIM_E_INVALID_VALUE, fn, "not a comparison");
+    if ((st = check_shape(fn, "self", a, out))) return st;
+    if (out->dtype != SIM_BOOL)
+        return sim_fail(SIM_E_UNSUPPORTED, fn, "a comparison writes bool, the output is %s", sim_dtype_name(out->dtype));
+    if ((st = sim_launch(kernel, fn))) return st;
+    /* PyTorch's promotion: a floating tensor compares in its own dtype (the
+     * scalar rounded to it); an integer or bool tensor exactly against an
+     * integral scalar, and in float32 against any other */
+    cmps_ctx c = {op, 0.0f, 0};
+    const int integral = other == other && fabs(other) < 9.2e18 && other == floor(other);
+    if (simk_is_float(a->dtype) || !integral) {
+        float f = (float)other;
+        if (a->dtype == SIM_F16) f = sim_h2f(sim_f2h(f));
+        else if (a->dtype == SIM_BF16) f = sim_bf2f(sim_f2bf(f));
+        c.f = f;
+        ew_float(out, 1, &a, cmps_f, &c);
+    } else {
+        c.i = (int64_t)other;
+        ew_int(out, 1, &a, cmps_i, &c);
+    }
+    return SIM_OK;
+}
+
+/* ------------------------------------------------------------- logical */
+
+static void logical_f(const void *vc, float *o, const float *const *x, int64_t n) {
+    const float *a = x[0], *b = x[1];
+    switch (*(const simk_logop *)vc) {
+        case SIMK_LOGICAL_AND: for (int64_t k = 0; k < n; k++) o[k] = (a[k] != 0) & (b[k] != 0); break;
+        case SIMK_LOGICAL_OR: for (int64_t k = 0; k < n; k++) o[k] = (a[k] != 0) | (b[k] != 0); break;
+        case SIMK_LOGICAL_XOR: for (int64_t k = 0; k < n; k++) o[k] = (a[k] != 0) ^ (b[k] != 0); break;
+        default: for (int64_t k = 0; k < n; k++) o[k] = a[k] == 0; break;
+    }
+}
+
+sim_status simk_logical(const char *fn, const char *kernel, simk_logop op, const sim_view *a, const sim_view *b,
+                        const sim_view *out) {
+    sim_status st;
+    const int unary = op == SIMK_LOGICAL_NOT;
+    if ((st = check_shape(fn, "self", a, out)) || (!unary && (st = check_shape(fn, "other", b, out)))) return st;
+    if (out->dtype != SIM_BOOL)
+        return sim_fail(SIM_E_UNSUPPORTED, fn, "logical ops write bool, the output is %s", sim_dtype_name(out->dtype));
+    if ((st = sim_launch(kernel, fn))) return st;
+    /* any dtype: an element is true when nonzero (NaN too); a nonzero
+     * integer stays nonzero in float, so one float path serves all */
+    const sim_view *ins[2] = {a, unary ? a : b};
+    ew_float(out, 2, ins, logical_f, &op);
+    return SIM_OK;
+}
+
+/* --------------------------------------------------------------- clamp */
+
+typedef struct {
+    int lo, hi;   /* which bounds are given */
+} clamp_ctx;
+
+static void clamp_f(const void *vc, float *o, const float *const *x, int64_t n) {
+    const clamp_ctx *c = vc;
+    const float *a = x[0], *lo = x[1], *hi = x[c->lo ? 2 : 1];
+    for (int64_t k = 0; k < n; k++) { /* PyTorch's minimum(maximum(x, lo), hi): NaN anywhere gives NaN */
+        float r = a[k];
+        if (c->lo) r = fmax_nan(r, lo[k]);
+        if (c->hi) r = fmin_nan(r, hi[k]);
+        o[k] = r;
+    }
+}
+
+static void clamp_i(const void *vc, int64_t *o, const int64_t *const *x, int64_t n) {
+    const clamp_ctx *c = vc;
+    const int64_t *a = x[0], *lo = x[1], *hi = x[c->lo ? 2 : 1];
+    for (int64_t k = 0; k < n; k++) {
+        int64_t r = a[k];
+        if (c->lo && r < lo[k]) r = lo[k];
+        if (c->hi && r > hi[k]) r = hi[k];
+        o[k] = r;
+    }
+}
+
+sim_status simk_clamp(const char *fn, const char *kernel, const sim_view *self, const sim_view *lo, const sim_view *hi,
+                      const sim_view *out) {
+    sim_status st;
+    const int has_lo = lo && lo->present, has_hi = hi && hi->present;
+    if (!has_lo && !has_hi) return sim_fail(SIM_E_INVALID_VALUE, fn, "at least one of min and max is required");
+    if ((st = check_shape(fn, "self", self, out)) || (has_lo && (st = check_shape(fn, "min", lo, out))) ||
+        (has_hi && (st = check_shape(fn, "max", hi, out))))
+        return st;
+    const sim_view *ins[3] = {self, NULL, NULL};
+    int nin = 1;
+    if (has_lo) ins[nin++] = lo;
+    if (has_hi) ins[nin++] = hi;
+    for (int k = 0; k < nin; k++)
+        if (ins[k]->dtype != out->dtype)
+            return sim_fail(SIM_E_UNSUPPORTED, fn, "%s is %s but the output is %s (mixed dtypes)",
+                            k == 0 ? "self" : (k == 1 && has_lo) ? "min" : "max", sim_dtype_name(ins[k]->dtype),
+                            sim_dtype_name(out->dtype));
+    if (out->dtype == SIM_BOOL) return sim_fail(SIM_E_UNSUPPORTED, fn, "clamp takes no bool tensors");
+    if ((st = sim_launch(kernel, fn))) return st;
+    clamp_ctx c = {has_lo, has_hi};
+    if (simk_is_float(out->dtype)) {
+        ew_float(out, nin, ins, clamp_f, &c);
+        sim_corrupt_output(out);
+    } else {
+        ew_int(out, nin, ins, clamp_i, &c);
+    }
+    return SIM_OK;
+}
+
 /* ------------------------------------------------------------- unary ops */
 
 static void un_f(const void *vc, float *o, const float *const *x, int64_t n) {
@@ -1528,6 +1796,11 @@ static void copy_view(const sim_view *src, const sim_view *dst) {
     free(h.own);
 }
 
+/* the helpers the other kernel files share (simkernels.h) */
+void simk_copy_view(const sim_view *src, const sim_view *dst) { copy_view(src, dst); }
+int simk_views_overlap(const sim_view *a, const sim_view *b) { return views_overlap(a, b); }
+sim_view simk_dense_like(const sim_view *v, sim_dtype dt, void **own) { return dense_like(v, dt, own); }
+
 /* ------------------------------------------------------ row arithmetic */
 
 /* Sums in double with eight running sums (lane k takes elements k, k+8, ...;
@@ -1625,10 +1898,16 @@ static inline float max_f(const float *x, int64_t n, float m) {
             a = (v8f)(((v8i)u & ga) | ((v8i)a & ~ga));
             b = (v8f)(((v8i)v & gb) | ((v8i)b & ~gb));
         }
-        for (int k = 0; k < 8; k++) {
-            m = a[k] > m ? a[k] : m;
-            m = b[k] > m ? b[k] : m;
-        }
+        /* lanes halved three times, then m: the same "greater than" rule */
+        v8i g = b > a;
+        a = (v8f)(((v8i)b & g) | ((v8i)a & ~g));
+        b = __builtin_shufflevector(a, a, 4, 5, 6, 7, 0, 1, 2, 3);
+        g = b > a;
+        a = (v8f)(((v8i)b & g) | ((v8i)a & ~g));
+        b = __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5);
+        g = b > a;
+        a = (v8f)(((v8i)b & g) | ((v8i)a & ~g));
+        m = a[1] > a[0] ? a[1] : a[0];
     }
 #endif
     for (; i < n; i++) m = x[i] > m ? x[i] : m;
@@ -1870,21 +2149,16 @@ sim_status simk_gemm_u8(const char *fn, const char *kernel, const sim_view *a, c
                         sim_dtype_name(out->dtype));
     sim_status lst = sim_launch(kernel, fn);
     if (lst) return lst;
-    int32_t *acc = calloc((size_t)(M * N > 0 ? M * N : 1), sizeof(int32_t));
-    if (!acc) abort();
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t k = 0; k < K; k++) {
-            int32_t av = (int32_t)*(const uint8_t *)(a->base + i * a->strides[0] + k * a->strides[1]) - 128;
-            for (int64_t j = 0; j < N; j++) {
-                int32_t bv =
-                    (int32_t)*(const uint8_t *)(m->base + k * m->strides[0] + j * m->strides[1]) - 128;
-                acc[i * N + j] += av * bv;
-            }
-        }
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++)
-            memcpy(out->base + (i * out->strides[0] + j * out->strides[1]) * 4, &acc[i * N + j], 4);
-    free(acc);
+    /* an output sharing memory with an operand is computed aside, then copied */
+    const int aside = views_overlap(out, a) || views_overlap(out, m);
+    int32_t *c = aside ? xmalloc((size_t)(M * N > 0 ? M * N : 1) * sizeof(int32_t)) : (int32_t *)out->base;
+    simblas_gemm_u8(M, N, K, (const uint8_t *)a->base, a->strides[0], a->strides[1], (const uint8_t *)m->base,
+                    m->strides[0], m->strides[1], c, aside ? N : out->strides[0], aside ? 1 : out->strides[1]);
+    if (aside) {
+        sim_view t = dense_over(c, out, SIM_I32);
+        copy_any(&t, out);
+        free(c);
+    }
     return SIM_OK;
 }
 
@@ -1931,85 +2205,307 @@ static inline void zero_f32(float *d, int64_t n) {
     for (; t < n; t++) d[t] = 0.0f;
 }
 
-/* A stretch of im2col columns: channels [ci, ...) of kernel cell (kh, kw) and,
- * when pixels are channel-contiguous, whole cells (kh, kw+1), ... after it:
- * nkw cells, len floats, written at column offset dst of the block. */
+/* The convolution is an implicit GEMM (simblas_gemm_segs) over a float32
+ * copy of one image at a time, zero-padded and split by stride phase: plane
+ * (ph, pw) holds the padded pixels (sh * i + ph, sw * j + pw), so output
+ * pixel (oh, ow) meets kernel cell (kh, kw) at pixel (oh + kh*dh / sh,
+ * ow + kw*dw / sw) of plane (kh*dh % sh, kw*dw % sw): every cell is a fixed
+ * offset from the output pixel's own place.  The GEMM's rows are the plane
+ * pixels q = oh * Wq + ow (one pixel, C floats, apart), its K runs one per
+ * kernel cell (merged where cells are contiguous: every kw of a kernel row
+ * at stride 1 and dilation 1), B the weight as [KH*KW*Cg, O].  The rows
+ * with ow >= OW are computed and dropped (Wq / OW - 1 of the work, 6% for a
+ * 3x3 over 32 columns). */
 typedef struct {
-    int64_t kh, kw, ci, nkw, len, dst;
-} conv_run;
+    int64_t sh, sw, Hq, Wq, plane; /* phases, plane rows and columns, floats per plane */
+    int64_t rows;                  /* GEMM rows per image: (OH - 1) * Wq + OW */
+    int64_t floats;                /* buffer size, with what the dropped rows read past the end */
+} conv_planes;
 
-/* The convolution as simblas sees it: A = im2col of the NHWC input for group
- * g, row q_base + i is output pixel (n, oh, ow) in NHWC order, column
- * (kh, kw, ci) as in an OHWI weight, zero where the window hangs over the
- * padding.  Rows are produced a block at a time, never the whole matrix. */
-typedef struct {
-    const sim_view *in;
-    int64_t g, q_base;
-    int64_t KH, KW, Cg, OH, OW;
-    const int64_t *stride, *padding, *dilation;
-    int contiguous_cells;  /* ungrouped, undilated, channel-contiguous pixels */
-    conv_run *runs;        /* scratch, KH*KW entries */
-} conv_ctx;
-
-static void conv_im2col_rows(void *vctx, int64_t i0, int64_t m, int64_t k0, int64_t kc, float *dst,
-                             int64_t ld) {
-    conv_ctx *cx = vctx;
-    const sim_view *in = cx->in;
-    const int64_t H = in->shape[1], W = in->shape[2];
-    const int64_t *is = in->strides;
-    const int64_t KW = cx->KW, Cg = cx->Cg, OH = cx->OH, OW = cx->OW;
+/* Copies image n of `in` (any strides and dtype) into the zeroed planes. */
+static void conv_fill_planes(float *buf, const conv_planes *cp, const sim_view *in, int64_t n,
+                             const int64_t *padding) {
+    const int64_t H = in->shape[1], W = in->shape[2], C = in->shape[3];
     const int64_t es = (int64_t)sim_dtype_size(in->dtype);
-    const int fast = in->dtype == SIM_F32 && is[3] == 1;
-    /* the column range as runs, the same for every row */
-    int nr = 0;
-    int64_t k = k0, kh = k0 / (KW * Cg), kw = k0 / Cg % KW, ci = k0 % Cg;
-    while (k < k0 + kc) {
-        int64_t len = Cg - ci < k0 + kc - k ? Cg - ci : k0 + kc - k;
-        if (cx->contiguous_cells && nr > 0 && cx->runs[nr - 1].kh == kh && ci == 0) {
-            cx->runs[nr - 1].nkw++;
-            cx->runs[nr - 1].len += len;
-        } else {
-            cx->runs[nr++] = (conv_run){kh, kw, ci, 1, len, k - k0};
+    for (int64_t ph = 0; ph < cp->sh; ph++)
+        for (int64_t pw = 0; pw < cp->sw; pw++) {
+            /* padded row sh*i + ph is input row sh*i + ph - pad: the first i at or past row 0 */
+            int64_t i0 = padding[0] > ph ? (padding[0] - ph + cp->sh - 1) / cp->sh : 0;
+            int64_t j0 = padding[1] > pw ? (padding[1] - pw + cp->sw - 1) / cp->sw : 0;
+            int64_t ih0 = cp->sh * i0 + ph - padding[0], iw0 = cp->sw * j0 + pw - padding[1];
+            if (ih0 >= H || iw0 >= W) continue;
+            sim_view src = *in, dst;
+            src.ndim = 3;
+            src.shape[0] = (H - ih0 + cp->sh - 1) / cp->sh;
+            src.shape[1] = (W - iw0 + cp->sw - 1) / cp->sw;
+            src.shape[2] = C;
+            src.strides[0] = in->strides[1] * cp->sh;
+            src.strides[1] = in->strides[2] * cp->sw;
+            src.strides[2] = in->strides[3];
+            src.base = in->base + (n * in->strides[0] + ih0 * in->strides[1] + iw0 * in->strides[2]) * es;
+            dst = src;
+            dst.dtype = SIM_F32;
+            dst.strides[0] = cp->Wq * C;
+            dst.strides[1] = C;
+            dst.strides[2] = 1;
+            dst.base = (char *)(buf + (ph * cp->sw + pw) * cp->plane + (i0 * cp->Wq + j0) * C);
+            copy_view(&src, &dst);
         }
-        k += len;
-        ci = 0;
-        if (++kw == KW) kw = 0, kh++;
+}
+
+/* A 3x3 convolution at stride 1 with a float16 or bfloat16 result goes
+ * through Winograd's F(2x2, 3x3): each 2x2 block of output pixels is
+ * A^T [(G g G^T) . (B^T d B)] A over the 4x4 input block d around it, which
+ * makes the channel sums 16 matrix products per block instead of 36 (2.25x
+ * fewer multiplications), run as one batched GEMM of [tiles, C] @ [C, O].
+ * The transforms (additions, and halves of the weights) are computed in
+ * float32; their rounding errors are of the order of float32's, a
+ * thousandth of the one rounding to float16 (bfloat16) the result gets, so
+ * the result is the direct convolution's but within a rounding of the
+ * narrow dtype near ties. */
+#define WINO_CHUNK 256 /* output blocks per GEMM: V and M of a chunk stay in L2 */
+
+/* From this many input channels per group on, F(2x2, 3x3) (below); with
+ * fewer, F(2, 3) along the rows (conv_winograd_rows), whose products have a
+ * K three times as long.  Measured with 8 images of 32x32, as times of the
+ * implicit GEMM's: F(2, 3) 0.80 at 16 -> 32 channels, 0.89 at 32 -> 64, 0.82
+ * at 64 -> 64; F(2x2, 3x3) 1.0-1.1 at 16 -> 32 and 32 -> 64, 0.69 at 64 -> 64. */
+#ifndef WINO_MIN_CG
+#define WINO_MIN_CG 48
+#endif
+
+static int winograd_applies(const sim_view *w, const sim_view *out, const int64_t *stride, const int64_t *dilation,
+                            int64_t OH, int64_t OW) {
+    return (out->dtype == SIM_F16 || out->dtype == SIM_BF16) && w->shape[1] == 3 && w->shape[2] == 3 &&
+           stride[0] == 1 && stride[1] == 1 && dilation[0] == 1 && dilation[1] == 1 && OH >= 2 && OW >= 2;
+}
+
+#define WV 16 /* channels per vector step of the transforms */
+
+/* The input transform of one 4x4 block for n <= WV channels: d rows rs
+ * floats apart, pixels cs apart; V's 16 entries vs apart.  Fixed-size
+ * loops over the channels, which the compiler turns into vector code. */
+static inline void wino_in(const float *d, int64_t rs, int64_t cs, float *v, int64_t vs, int64_t n) {
+    float x[4][4][WV], u[4][4][WV];
+    for (int r = 0; r < 4; r++)
+        for (int q = 0; q < 4; q++) {
+            memcpy(x[r][q], d + r * rs + q * cs, (size_t)n * sizeof(float));
+        }
+    for (int q = 0; q < 4; q++)
+        for (int k = 0; k < WV; k++) { /* B^T d */
+            u[0][q][k] = x[0][q][k] - x[2][q][k];
+            u[1][q][k] = x[1][q][k] + x[2][q][k];
+            u[2][q][k] = x[2][q][k] - x[1][q][k];
+            u[3][q][k] = x[1][q][k] - x[3][q][k];
+        }
+    for (int r = 0; r < 4; r++) {
+        float e[4][WV];
+        for (int k = 0; k < WV; k++) { /* (B^T d) B */
+            e[0][k] = u[r][0][k] - u[r][2][k];
+            e[1][k] = u[r][1][k] + u[r][2][k];
+            e[2][k] = u[r][2][k] - u[r][1][k];
+            e[3][k] = u[r][1][k] - u[r][3][k];
+        }
+        for (int q = 0; q < 4; q++) memcpy(v + (r * 4 + q) * vs, e[q], (size_t)n * sizeof(float));
     }
-    const int64_t q = cx->q_base + i0;
-    int64_t n = q / (OH * OW), oh = q / OW % OH, ow = q % OW;
-    for (int64_t r = 0; r < m; r++) {
-        float *row = dst + r * ld;
-        for (int t = 0; t < nr; t++) {
-            const conv_run *ru = &cx->runs[t];
-            float *d = row + ru->dst;
-            const int64_t ih = oh * cx->stride[0] - cx->padding[0] + ru->kh * cx->dilation[0];
-            if (ih < 0 || ih >= H) {
-                zero_f32(d, ru->len);
-                continue;
-            }
-            const char *pix = in->base + (n * is[0] + ih * is[1] + cx->g * Cg * is[3]) * es;
-            const int64_t iwa = ow * cx->stride[1] - cx->padding[1] + ru->kw * cx->dilation[1];
-            const int64_t iwb = iwa + (ru->nkw - 1) * cx->dilation[1];
-            if (iwa >= 0 && iwb < W) {  /* the whole run inside: one copy */
-                const char *src = pix + (iwa * is[2] + ru->ci * is[3]) * es;
-                if (fast) copy_f32(d, (const float *)src, ru->len);
-                else simblas_to_f32(d, src, in->dtype, is[3], ru->len);
-                continue;
-            }
-            for (int64_t c = 0, off = 0; c < ru->nkw; c++) {  /* cell by cell at a border */
-                const int64_t c0 = c == 0 ? ru->ci : 0;
-                const int64_t cl = Cg - c0 < ru->len - off ? Cg - c0 : ru->len - off;
-                const int64_t iw = iwa + c * cx->dilation[1];
-                if (iw < 0 || iw >= W) zero_f32(d + off, cl);
-                else simblas_to_f32(d + off, pix + (iw * is[2] + c0 * is[3]) * es, in->dtype, is[3], cl);
-                off += cl;
-            }
+}
+
+/* The output transform for n <= WV output channels: M's 16 entries ms
+ * apart; the 2x2 outputs rows ys, pixels cs apart; plus the bias. */
+static inline void wino_out(const float *m, int64_t ms, const float *bias, float *y, int64_t ys, int64_t cs,
+                            int64_t n) {
+    float x[16][WV], p[2][4][WV], b[WV] = {0};
+    for (int i = 0; i < 16; i++) memcpy(x[i], m + i * ms, (size_t)n * sizeof(float));
+    if (bias) memcpy(b, bias, (size_t)n * sizeof(float));
+    for (int q = 0; q < 4; q++)
+        for (int k = 0; k < WV; k++) { /* A^T M */
+            p[0][q][k] = x[q][k] + x[4 + q][k] + x[8 + q][k];
+            p[1][q][k] = x[4 + q][k] - x[8 + q][k] - x[12 + q][k];
         }
-        if (++ow == OW) {  /* next output pixel without dividing */
-            ow = 0;
-            if (++oh == OH) oh = 0, n++;
+    for (int r = 0; r < 2; r++) {
+        float y0[WV], y1[WV];
+        for (int k = 0; k < WV; k++) { /* (A^T M) A + bias */
+            y0[k] = p[r][0][k] + p[r][1][k] + p[r][2][k] + b[k];
+            y1[k] = p[r][1][k] - p[r][2][k] - p[r][3][k] + b[k];
+        }
+        memcpy(y + r * ys, y0, (size_t)n * sizeof(float));
+        memcpy(y + r * ys + cs, y1, (size_t)n * sizeof(float));
+    }
+}
+
+static void conv_winograd(const sim_view *in, const float *wd, const float *bf, const int64_t *padding,
+                          int64_t groups, int64_t OH, int64_t OW, const sim_view *out) {
+    const int64_t N = in->shape[0], H = in->shape[1], W = in->shape[2], C = in->shape[3];
+    const int64_t O = out->shape[3], Og = O / groups, Cg = C / groups;
+    const int64_t TH = (OH + 1) / 2, TW = (OW + 1) / 2, T = TH * TW;
+    const int64_t Hb = 2 * TH + 2, Wb = 2 * TW + 2;   /* the padded image, every block inside */
+    /* U[xi][c][o] = (G g G^T)[xi] for each group, computed in double */
+    float *U = xmalloc((size_t)(16 * C * Og) * sizeof(float));   /* every entry written below */
+    static const double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+    for (int64_t o = 0; o < O; o++) {
+        const int64_t g = o / Og, oo = o % Og;
+        for (int64_t c = 0; c < Cg; c++) {
+            double gk[3][3], t[4][3];
+            for (int a = 0; a < 3; a++)
+                for (int b2 = 0; b2 < 3; b2++) gk[a][b2] = wd[((o * 3 + a) * 3 + b2) * Cg + c];
+            for (int i = 0; i < 4; i++)
+                for (int b2 = 0; b2 < 3; b2++) t[i][b2] = G[i][0] * gk[0][b2] + G[i][1] * gk[1][b2] + G[i][2] * gk[2][b2];
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++)
+                    U[((int64_t)(i * 4 + j) * C + g * Cg + c) * Og + oo] =
+                        (float)(t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2]);
         }
     }
+    /* (written before they are read: no need to clear them) */
+    float *img = xmalloc((size_t)(Hb * Wb * C) * sizeof(float)), *V = xmalloc((size_t)(16 * WINO_CHUNK * C) * 4),
+          *M = xmalloc((size_t)(16 * WINO_CHUNK * O) * 4);
+    float *Y = xmalloc((size_t)(2 * TH * 2 * TW * O) * 4);   /* the image's outputs, then rounded once into out */
+    const int64_t oes = (int64_t)sim_dtype_size(out->dtype);
+    for (int64_t n = 0; n < N; n++) {
+        memset(img, 0, (size_t)(Hb * Wb * C) * sizeof(float));
+        sim_view src = *in, dst = *in;
+        src.ndim = dst.ndim = 3;
+        src.shape[0] = dst.shape[0] = H;
+        src.shape[1] = dst.shape[1] = W;
+        src.shape[2] = dst.shape[2] = C;
+        src.strides[0] = in->strides[1], src.strides[1] = in->strides[2], src.strides[2] = in->strides[3];
+        src.base = in->base + n * in->strides[0] * (int64_t)sim_dtype_size(in->dtype);
+        dst.dtype = SIM_F32;
+        dst.strides[0] = Wb * C, dst.strides[1] = C, dst.strides[2] = 1;
+        dst.base = (char *)(img + (padding[0] * Wb + padding[1]) * C);
+        copy_view(&src, &dst);
+        for (int64_t t0 = 0; t0 < T; t0 += WINO_CHUNK) {
+            const int64_t tc = T - t0 < WINO_CHUNK ? T - t0 : WINO_CHUNK;
+            /* V[xi][t][c] = (B^T d B)[xi] for each block t of the chunk, WV channels at a time */
+            for (int64_t t = 0; t < tc; t++) {
+                const int64_t th = (t0 + t) / TW, tw = (t0 + t) % TW;
+                const float *d0 = img + ((2 * th) * Wb + 2 * tw) * C;
+                float *v0 = V + t * C;
+                const int64_t step = (int64_t)WINO_CHUNK * C;
+                int64_t c = 0;
+                for (; c + WV <= C; c += WV) wino_in(d0 + c, Wb * C, C, v0 + c, step, WV);
+                if (c < C) wino_in(d0 + c, Wb * C, C, v0 + c, step, C - c);
+            }
+            /* M[xi][t][o] = V[xi][t][:] @ U[xi][:][o], per group: one batched GEMM over xi */
+            for (int64_t g = 0; g < groups; g++) {
+                simblas_mat A = {V + g * Cg, SIM_F32, C, 1, WINO_CHUNK * C};
+                simblas_mat B = {U + g * Cg * Og, SIM_F32, Og, 1, C * Og};
+                simblas_mat Cm = {M + g * Og, SIM_F32, O, 1, WINO_CHUNK * O};
+                simblas_gemm(16, tc, Og, Cg, 1.0f, &A, &B, 0.0f, NULL, &Cm);
+            }
+            /* Y block = A^T M A + bias, WV channels at a time */
+            for (int64_t t = 0; t < tc; t++) {
+                const int64_t th = (t0 + t) / TW, tw = (t0 + t) % TW;
+                float *y0 = Y + ((2 * th) * (2 * TW) + 2 * tw) * O;
+                const int64_t step = (int64_t)WINO_CHUNK * O;
+                int64_t o = 0;
+                for (; o + WV <= O; o += WV) wino_out(M + t * O + o, step, bf ? bf + o : NULL, y0 + o, 2 * TW * O, O, WV);
+                if (o < O) wino_out(M + t * O + o, step, bf ? bf + o : NULL, y0 + o, 2 * TW * O, O, O - o);
+            }
+        }
+        sim_view ys = *out, yd = *out;
+        ys.base = (char *)Y;
+        ys.dtype = SIM_F32;
+        ys.shape[0] = yd.shape[0] = 1;
+        ys.strides[0] = 0, ys.strides[1] = 2 * TW * O, ys.strides[2] = O, ys.strides[3] = 1;
+        yd.base = out->base + n * out->strides[0] * oes;
+        copy_view(&ys, &yd);
+    }
+    free(U);
+    free(img);
+    free(V);
+    free(M);
+    free(Y);
+}
+
+/* With fewer channels, Winograd's F(2, 3) along the width only: a pair of
+ * output pixels (ow, ow+1) of one kernel row is A^T [(G g) . (B^T d)] over
+ * the 4 input pixels of that row, 4 products instead of 6.  B^T d depends
+ * only on the input row and the pair, so each padded input row is
+ * transformed once, into 4 planes of [rows][pairs][C]; the channel sums are
+ * then 4 implicit GEMMs (one per transformed position) whose K is the three
+ * kernel rows' channels, read as three runs a plane row apart, and whose
+ * rows are exactly the output pairs (no padding column among them). */
+static void conv_winograd_rows(const sim_view *in, const float *wd, const float *bf, const int64_t *padding,
+                               int64_t groups, int64_t OH, int64_t OW, const sim_view *out) {
+    const int64_t N = in->shape[0], H = in->shape[1], W = in->shape[2], C = in->shape[3];
+    const int64_t O = out->shape[3], Og = O / groups, Cg = C / groups;
+    const int64_t J = (OW + 1) / 2, Hp = OH + 2, Wb = 2 * J + 2;   /* pairs per row, padded rows and columns */
+    const int64_t plane = Hp * J * C, rows = OH * J;
+    /* U[xi][kh * Cg + c][o] = (G g[kh])[xi] per group, in double */
+    static const double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+    float *U = xmalloc((size_t)(4 * groups * 3 * Cg * Og) * sizeof(float));
+    for (int64_t o = 0; o < O; o++) {
+        const int64_t g = o / Og, oo = o % Og;
+        for (int64_t kh = 0; kh < 3; kh++)
+            for (int64_t c = 0; c < Cg; c++) {
+                const float *gk = wd + ((o * 3 + kh) * 3) * Cg + c;
+                for (int xi = 0; xi < 4; xi++)
+                    U[(((xi * groups + g) * 3 + kh) * Cg + c) * Og + oo] =
+                        (float)(G[xi][0] * gk[0] + G[xi][1] * gk[Cg] + G[xi][2] * gk[2 * Cg]);
+            }
+    }
+    float *img = xmalloc((size_t)(Hp * Wb * C) * sizeof(float)), *T = xmalloc((size_t)(4 * plane) * sizeof(float));
+    float *M = xmalloc((size_t)(4 * rows * O) * sizeof(float)), *Y = xmalloc((size_t)(OH * 2 * J * O) * sizeof(float));
+    const int64_t soff[3] = {0, J * C, 2 * J * C}, slen[3] = {Cg, Cg, Cg};
+    const int64_t oes = (int64_t)sim_dtype_size(out->dtype);
+    for (int64_t n = 0; n < N; n++) {
+        memset(img, 0, (size_t)(Hp * Wb * C) * sizeof(float));
+        sim_view src = *in, dst = *in;
+        src.ndim = dst.ndim = 3;
+        src.shape[0] = dst.shape[0] = H;
+        src.shape[1] = dst.shape[1] = W;
+        src.shape[2] = dst.shape[2] = C;
+        src.strides[0] = in->strides[1], src.strides[1] = in->strides[2], src.strides[2] = in->strides[3];
+        src.base = in->base + n * in->strides[0] * (int64_t)sim_dtype_size(in->dtype);
+        dst.dtype = SIM_F32;
+        dst.strides[0] = Wb * C, dst.strides[1] = C, dst.strides[2] = 1;
+        dst.base = (char *)(img + (padding[0] * Wb + padding[1]) * C);
+        copy_view(&src, &dst);
+        /* T[xi][r][j][c] = (B^T d)[xi], d the 4 pixels 2j .. 2j+3 of padded row r */
+        for (int64_t r = 0; r < Hp; r++)
+            for (int64_t j = 0; j < J; j++) {
+                const float *d = img + (r * Wb + 2 * j) * C;
+                float *t = T + (r * J + j) * C;
+                for (int64_t c = 0; c < C; c++) {
+                    const float d0 = d[c], d1 = d[C + c], d2 = d[2 * C + c], d3 = d[3 * C + c];
+                    t[c] = d0 - d2;
+                    t[plane + c] = d1 + d2;
+                    t[2 * plane + c] = d2 - d1;
+                    t[3 * plane + c] = d1 - d3;
+                }
+            }
+        /* M[xi][(oh, j)][o] = sum over kh, c of T[xi][oh + kh][j][c] U[xi][kh, c][o] */
+        for (int xi = 0; xi < 4; xi++)
+            for (int64_t g = 0; g < groups; g++) {
+                simblas_mat B = {U + ((xi * groups + g) * 3 * Cg) * Og, SIM_F32, Og, 1, 0};
+                simblas_mat Cm = {M + xi * rows * O + g * Og, SIM_F32, O, 1, 0};
+                simblas_gemm_segs(rows, Og, 3 * Cg, T + xi * plane + g * Cg, C, 3, soff, slen, &B, 0, &Cm);
+            }
+        /* y[2j] = m0 + m1 + m2, y[2j+1] = m1 - m2 - m3, plus the bias */
+        const int64_t ms = rows * O;
+        for (int64_t q = 0; q < rows; q++) {
+            const float *m = M + q * O;
+            float *y = Y + 2 * q * O;
+            for (int64_t o = 0; o < O; o++) {
+                const float b = bf ? bf[o] : 0.0f, m1 = m[ms + o], m2 = m[2 * ms + o];
+                y[o] = m[o] + m1 + m2 + b;
+                y[O + o] = m1 - m2 - m[3 * ms + o] + b;
+            }
+        }
+        sim_view ys = *out, yd = *out;
+        ys.base = (char *)Y;
+        ys.dtype = SIM_F32;
+        ys.shape[0] = yd.shape[0] = 1;
+        ys.strides[0] = 0, ys.strides[1] = 2 * J * O, ys.strides[2] = O, ys.strides[3] = 1;
+        yd.base = out->base + n * out->strides[0] * oes;
+        copy_view(&ys, &yd);
+    }
+    free(U);
+    free(img);
+    free(T);
+    free(M);
+    free(Y);
 }
 
 sim_status simk_conv2d_nhwc(const char *fn, const char *kernel, const sim_view *in, const sim_view *w,
@@ -2036,57 +2532,85 @@ sim_status simk_conv2d_nhwc(const char *fn, const char *kernel, const sim_view *
         return sim_fail(SIM_E_INVALID_VALUE, fn, "bias must be [%lld]", (long long)O);
     sim_status lst = sim_launch(kernel, fn);
     if (lst) return lst;
-    /* One GEMM per group: im2col(input) [pixels, KH*KW*Cg] @ weight^T
-     * [KH*KW*Cg, Og] + bias -> the group's output channels; simblas pulls the
-     * im2col rows through conv_im2col_rows a cache-sized block at a time. */
-    const int64_t Og = O / groups, KK = KH * KW * Cg, Q = N * OH * OW;
-    if (Q == 0 || Og == 0) return SIM_OK;
-    /* the weight transposed once to float [KK][O], so B panels are row copies */
-    float *wt = alloc_f(KK * O);
-    {
-        float *wd = gather_or_die(w);
-        for (int64_t o = 0; o < O; o++)
-            for (int64_t k = 0; k < KK; k++) wt[k * O + o] = wd[o * KK + k];
+    const int64_t Og = O / groups, KK = KH * KW * Cg;
+    if (N * OH * OW == 0 || Og == 0) return SIM_OK;
+    /* an output sharing memory with the input: the input is read from a copy
+     * (the weight and bias are converted below, before anything is written) */
+    held hin;
+    const sim_view *outs[1] = {out};
+    in = hold(&hin, in, outs, 1);
+    /* the weight as float [KK][O] (B's rows in K order: kh, kw, ci), the bias as float */
+    float *wt = alloc_f(KK * O), *bf = NULL, *wd = gather_or_die(w);
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t k = 0; k < KK; k++) wt[k * O + o] = wd[o * KK + k];
+    if (bias->present) bf = gather_or_die(bias);
+    if (winograd_applies(w, out, stride, dilation, OH, OW)) {
+        if (Cg >= WINO_MIN_CG) conv_winograd(in, wd, bf, padding, groups, OH, OW, out);
+        else conv_winograd_rows(in, wd, bf, padding, groups, OH, OW, out);
+        sim_corrupt_output(out); /* debug mode only (X1SIM_CORRUPT / TH1SIM_CORRUPT) */
+        free(wt);
         free(wd);
+        free(bf);
+        free(hin.own);
+        return SIM_OK;
     }
-    /* an output sharing memory with an input is computed aside, written last */
-    float *Y = NULL;
-    if (views_overlap(out, in) || views_overlap(out, w) || (bias->present && views_overlap(out, bias)))
-        Y = alloc_f(Q * O);
-    /* output pixels q, q+1, ... are one row stride apart within runs of this length */
-    const int64_t *os = out->strides;
-    int64_t runlen = OW;
-    if (Y || OH == 1 || os[1] == OW * os[2]) runlen = OH * OW;
-    if (Y || (runlen == OH * OW && (N == 1 || os[0] == OH * OW * os[2]))) runlen = Q;
-    conv_run *runs = malloc((size_t)(KH * KW > 0 ? KH * KW : 1) * sizeof(conv_run));
-    if (!runs) abort();
-    conv_ctx cx = {in, 0, 0, KH, KW, Cg, OH, OW, stride, padding, dilation,
-                   dilation[1] == 1 && Cg == C && in->strides[3] == 1 && in->strides[2] == C, runs};
-    const int64_t oes = (int64_t)sim_dtype_size(out->dtype);
-    for (int64_t g = 0; g < groups; g++) {
-        simblas_mat Bg = {wt + g * Og, SIM_F32, O, 1, 0}, D;
-        if (bias->present)
-            D = (simblas_mat){bias->base + g * Og * bias->strides[0] * (int64_t)sim_dtype_size(bias->dtype),
-                              bias->dtype, 0, bias->strides[0], 0};
-        for (int64_t q0 = 0; q0 < Q; q0 += runlen) {
-            simblas_mat Cm;
-            if (Y) {
-                Cm = (simblas_mat){Y + q0 * O + g * Og, SIM_F32, O, 1, 0};
+    free(wd);
+    conv_planes cp;
+    cp.sh = stride[0], cp.sw = stride[1];
+    cp.Hq = (H + 2 * padding[0] + cp.sh - 1) / cp.sh;
+    cp.Wq = (W + 2 * padding[1] + cp.sw - 1) / cp.sw;
+    cp.plane = cp.Hq * cp.Wq * C;
+    cp.rows = (OH - 1) * cp.Wq + OW;
+    /* each group's K runs: one per kernel cell, merged where contiguous */
+    int64_t *soff = xmalloc((size_t)(2 * KH * KW) * sizeof(int64_t)), *slen = soff + KH * KW;
+    int nseg = 0;
+    int64_t reach = 0;
+    for (int64_t kh = 0; kh < KH; kh++)
+        for (int64_t kw = 0; kw < KW; kw++) {
+            const int64_t y = kh * dilation[0], x = kw * dilation[1];
+            const int64_t off = ((y % cp.sh) * cp.sw + x % cp.sw) * cp.plane + ((y / cp.sh) * cp.Wq + x / cp.sw) * C;
+            if (nseg > 0 && soff[nseg - 1] + slen[nseg - 1] == off) {
+                slen[nseg - 1] += Cg;
             } else {
-                const int64_t n = q0 / (OH * OW), oh = q0 / OW % OH, ow = q0 % OW;
-                Cm = (simblas_mat){out->base + (n * os[0] + oh * os[1] + ow * os[2] + g * Og * os[3]) * oes,
-                                   out->dtype, os[2], os[3], 0};
+                soff[nseg] = off;
+                slen[nseg++] = Cg;
             }
-            cx.g = g;
-            cx.q_base = q0;
-            simblas_gemm_rows(runlen, Og, KK, 1.0f, conv_im2col_rows, &cx, &Bg, 1.0f,
-                              bias->present ? &D : NULL, &Cm);
+            if (off + C > reach) reach = off + C;
+        }
+    cp.floats = (cp.rows - 1) * C + reach;
+    if (cp.floats < cp.sh * cp.sw * cp.plane) cp.floats = cp.sh * cp.sw * cp.plane;
+    float *buf = alloc_f(cp.floats), *work = xmalloc((size_t)(cp.rows * Og) * sizeof(float));
+    const int64_t oes = (int64_t)sim_dtype_size(out->dtype);
+    for (int64_t n = 0; n < N; n++) {
+        if (n) memset(buf, 0, (size_t)cp.floats * sizeof(float));
+        conv_fill_planes(buf, &cp, in, n, padding);
+        for (int64_t g = 0; g < groups; g++) {
+            simblas_mat Bg = {wt + g * Og, SIM_F32, O, 1, 0};
+            simblas_mat Cm = {work, SIM_F32, Og, 1, 0};
+            if (bf) /* the sums start from the bias: no pass over the tiles to add it after */
+                for (int64_t q = 0; q < cp.rows; q++) memcpy(work + q * Og, bf + g * Og, (size_t)Og * sizeof(float));
+            simblas_gemm_segs(cp.rows, Og, KK, buf + g * Cg, C, nseg, soff, slen, &Bg, bf != NULL, &Cm);
+            /* rows q = oh * Wq + ow with ow < OW into the output, rounded once */
+            sim_view src = *out, dst = *out;
+            src.base = (char *)work;
+            src.dtype = SIM_F32;
+            src.shape[0] = dst.shape[0] = 1;
+            src.shape[3] = dst.shape[3] = Og;
+            src.strides[0] = 0;
+            src.strides[1] = cp.Wq * Og;
+            src.strides[2] = Og;
+            src.strides[3] = 1;
+            dst.base = out->base + (n * out->strides[0] + g * Og * out->strides[3]) * oes;
+            copy_view(&src, &dst);
         }
     }
-    if (Y) sim_scatter(Y, out);
-    free(Y);
-    free(runs);
+    sim_corrupt_output(out); /* debug mode only (X1SIM_CORRUPT / TH1SIM_CORRUPT) */
+    free(buf);
+    free(work);
+    free(soff);
     free(wt);
+    free(bf);
+    free(hin.own);
     return SIM_OK;
 }
 
@@ -2603,9 +3127,10 @@ sim_status simk_reduce_dims(const char *fn, const sim_view *in, const int64_t *d
                             const sim_view *out, uint32_t *mask) {
     if (n < 0 || (n > 0 && !dims)) return sim_fail(SIM_E_INVALID_VALUE, fn, "bad dim list");
     uint32_t m = 0;
+    const int nd1 = in->ndim ? in->ndim : 1; /* a 0-D input takes dim 0 and -1, as in PyTorch */
     for (int64_t i = 0; i < n; i++) {
-        int64_t d = dims[i] < 0 ? dims[i] + in->ndim : dims[i];
-        if (d < 0 || d >= (in->ndim ? in->ndim : 1))
+        int64_t d = dims[i] < 0 ? dims[i] + nd1 : dims[i];
+        if (d < 0 || d >= nd1)
             return sim_fail(SIM_E_INVALID_VALUE, fn, "dim %lld out of range for %d-D input", (long long)dims[i],
                             in->ndim);
         if (m & (1u << d)) return sim_fail(SIM_E_INVALID_VALUE, fn, "dim %lld appears twice", (long long)dims[i]);
@@ -2650,6 +3175,77 @@ sim_status simk_reduce(const char *fn, const char *kernel, const sim_view *in, u
     return SIM_OK;
 }
 
+/* acc[kept] += the int64 values of `in` over the reduced dims (wrapping, as PyTorch's int64 sums) */
+static void isum_walk(const sim_view *in, uint32_t reduce, int64_t *acc) {
+    sim_iter it;
+    if (!reduce_iter(&it, in, reduce, (double *)acc)) return; /* (only the kept index rides along) */
+    int64_t es = (int64_t)sim_dtype_size(in->dtype), buf[BLK];
+    do {
+        int64_t o = it.p[1] - (char *)acc;
+        for (int64_t j = 0; j < it.n; j += BLK) {
+            int64_t m = imin(BLK, it.n - j);
+            const int64_t *x = ld_i(buf, it.p[0] + j * it.s[0] * es, in->dtype, it.s[0], m);
+            const int64_t step = it.s[1], at = o + j * step;
+            for (int64_t i = 0; i < m; i++) acc[at + i * step] = (int64_t)((uint64_t)acc[at + i * step] + (uint64_t)x[i]);
+        }
+    } while (sim_iter_next(&it));
+}
+
+sim_status simk_reduce_int(const char *fn, const char *kernel, const sim_view *in, uint32_t reduce,
+                           const sim_view *out) {
+    int64_t kept = 1;
+    for (int d = 0; d < in->ndim; d++)
+        if (!(reduce & (1u << d))) kept *= in->shape[d];
+    if (sim_numel(out) != kept)
+        return sim_fail(SIM_E_INVALID_VALUE, fn, "output has %lld elements, the reduction gives %lld",
+                        (long long)sim_numel(out), (long long)kept);
+    if (simk_is_float(in->dtype) || out->dtype != SIM_I64)
+        return sim_fail(SIM_E_UNSUPPORTED, fn, "an integer or bool sum reads integers and writes int64, got %s -> %s",
+                        sim_dtype_name(in->dtype), sim_dtype_name(out->dtype));
+    sim_status lst = sim_launch(kernel, fn);
+    if (lst) return lst;
+    int64_t *acc = calloc((size_t)(kept > 0 ? kept : 1), sizeof(int64_t));
+    if (!acc) abort();
+    isum_walk(in, reduce, acc);
+    sim_view t = dense_over(acc, out, SIM_I64);
+    copy_any(&t, out);
+    free(acc);
+    return SIM_OK;
+}
+
+/* counts of the elements that decide any (nonzero) or all (zero) */
+static void red_count(void *ctx, const float *x, int64_t n, int64_t o, int64_t step) {
+    double *acc = ((double **)ctx)[0];
+    const int all = ((double **)ctx)[1] != NULL;
+    for (int64_t i = 0; i < n; i++) acc[o + i * step] += all ? x[i] == 0 : x[i] != 0;
+}
+
+sim_status simk_any_all(const char *fn, const char *kernel, const sim_view *in, uint32_t reduce, int all,
+                        const sim_view *out) {
+    int64_t kept = 1;
+    for (int d = 0; d < in->ndim; d++)
+        if (!(reduce & (1u << d))) kept *= in->shape[d];
+    if (sim_numel(out) != kept)
+        return sim_fail(SIM_E_INVALID_VALUE, fn, "output has %lld elements, the reduction gives %lld",
+                        (long long)sim_numel(out), (long long)kept);
+    if (out->dtype != SIM_BOOL && !(out->dtype == SIM_U8 && in->dtype == SIM_U8))
+        return sim_fail(SIM_E_UNSUPPORTED, fn, "any/all write bool (uint8 for a uint8 input), not %s",
+                        sim_dtype_name(out->dtype));
+    sim_status lst = sim_launch(kernel, fn);
+    if (lst) return lst;
+    /* an element counts when nonzero (any) or zero (all), NaN being nonzero;
+     * integers stay nonzero in float */
+    double *acc = alloc_d(kept);
+    double *ctx[2] = {acc, all ? acc : NULL};
+    reduce_walk(in, reduce, acc, red_count, ctx);
+    int64_t *r = xmalloc((size_t)(kept > 0 ? kept : 1) * sizeof(int64_t));
+    for (int64_t i = 0; i < kept; i++) r[i] = all ? acc[i] == 0 : acc[i] != 0;
+    scatter_i(r, out);
+    free(r);
+    free(acc);
+    return SIM_OK;
+}
+
 /* The reduced dim's geometry: rows of D elements, `inner` apart, `outer` x `inner` of them. */
 static sim_status softmax_geometry(const char *fn, const sim_view *in, int64_t *dim, int64_t *D,
                                    int64_t *outer, int64_t *inner) {
@@ -2667,6 +3263,47 @@ static sim_status softmax_geometry(const char *fn, const sim_view *in, int64_t *
     return SIM_OK;
 }
 
+#ifdef FE_N
+/* exp(x[i] - mx) into o[i] (o NULL: not kept) for i < n, with softmax's
+ * float exp, and their sum in double (element i in lane i % FE_N, then the
+ * lanes pairwise): softmax's two passes over a row in one. */
+static double exp_shift_sum(const float *x, float mx, float *o, int64_t n) {
+    vd acc[2] = {vd_set1(0.0), vd_set1(0.0)};
+    const fe shift = fe_set1(mx);
+    int64_t i = 0;
+    for (; i + FE_N <= n; i += FE_N) {
+        fe e = fe_exp_nonpos(fe_sub(fe_load(x + i), shift));
+        if (o) fe_store(o + i, e);
+        acc[0] = vd_add(acc[0], vf_widen(fe_lo(e)));
+        acc[1] = vd_add(acc[1], vf_widen(fe_hi(e)));
+    }
+    if (i < n) { /* the tail as a block padded with -inf, whose exp adds 0 */
+        float t[FE_N];
+        for (int k = 0; k < FE_N; k++) t[k] = -INFINITY;
+        memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
+        fe e = fe_exp_nonpos(fe_sub(fe_load(t), shift));
+        fe_store(t, e);
+        acc[0] = vd_add(acc[0], vf_widen(fe_lo(e)));
+        acc[1] = vd_add(acc[1], vf_widen(fe_hi(e)));
+        if (o) memcpy(o + i, t, (size_t)(n - i) * sizeof(float));
+    }
+    return vd_hsum(vd_add(acc[0], acc[1]));
+}
+#else
+static double exp_shift_sum(const float *x, float mx, float *o, int64_t n) {
+    double sum = 0;
+    float e[BLK];
+    for (int64_t j = 0; j < n; j += BLK) {
+        int64_t m = imin(BLK, n - j);
+        for (int64_t i = 0; i < m; i++) e[i] = x[j + i] - mx;
+        exp_inplace(e, m);
+        if (o) memcpy(o + j, e, (size_t)m * sizeof(float));
+        sum += sum_d(e, m);
+    }
+    return sum;
+}
+#endif
+
 static void softmax_row(const float *x, float *o, int64_t D, unsigned flags) {
     float mx = max_f(x, D, -INFINITY);
     if ((flags & SIMK_SOFTMAX_SAFE) && mx == -INFINITY) { /* a fully masked row is all zeros */
@@ -2674,21 +3311,11 @@ static void softmax_row(const float *x, float *o, int64_t D, unsigned flags) {
         return;
     }
     if (flags & SIMK_SOFTMAX_LOG) {
-        double sum = 0;
-        float e[BLK];
-        for (int64_t j = 0; j < D; j += BLK) {
-            int64_t m = imin(BLK, D - j);
-            for (int64_t i = 0; i < m; i++) e[i] = x[j + i] - mx;
-            exp_inplace(e, m);
-            sum += sum_d(e, m);
-        }
-        float lse = logf((float)sum);
+        float lse = logf((float)exp_shift_sum(x, mx, NULL, D));
         for (int64_t j = 0; j < D; j++) o[j] = x[j] - mx - lse;
         return;
     }
-    for (int64_t j = 0; j < D; j++) o[j] = x[j] - mx;
-    exp_inplace(o, D);
-    double sum = sum_d(o, D);
+    double sum = exp_shift_sum(x, mx, o, D);
     if (flags & SIMK_SOFTMAX_GENERIC) {
         /* the vendor's generic path divides */
         float s = (float)sum;
@@ -2697,6 +3324,63 @@ static void softmax_row(const float *x, float *o, int64_t D, unsigned flags) {
         float inv = (float)(1.0 / sum);
         for (int64_t j = 0; j < D; j++) o[j] = o[j] * inv;
     }
+}
+
+#ifdef FE_N
+/* softmax_row for SMR rows at once, D a multiple of FE_N: a short row is a
+ * chain of dependent steps (max, exps, sum, division), which several
+ * independent rows fill.  The same arithmetic in the same order as
+ * softmax_row. */
+#define SMR 4
+static void softmax_rows4(const float *x, int64_t xs, float *o, int64_t os, int64_t D, unsigned flags) {
+    fe mv[SMR];
+    for (int r = 0; r < SMR; r++) mv[r] = fe_set1(-INFINITY);
+    for (int64_t i = 0; i < D; i += FE_N)
+        for (int r = 0; r < SMR; r++) mv[r] = fe_gt_select(fe_load(x + r * xs + i), mv[r]);
+    float mx[SMR]; /* NaN is never greater, so never in mv: the maximum of the rest */
+    for (int r = 0; r < SMR; r++) mx[r] = fe_hmax(mv[r]);
+    vd acc[SMR][2];
+    for (int r = 0; r < SMR; r++) acc[r][0] = acc[r][1] = vd_set1(0.0);
+    const int keep = !(flags & SIMK_SOFTMAX_LOG);
+    for (int64_t i = 0; i < D; i += FE_N)
+        for (int r = 0; r < SMR; r++) {
+            fe e = fe_exp_nonpos(fe_sub(fe_load(x + r * xs + i), fe_set1(mx[r])));
+            if (keep) fe_store(o + r * os + i, e);
+            acc[r][0] = vd_add(acc[r][0], vf_widen(fe_lo(e)));
+            acc[r][1] = vd_add(acc[r][1], vf_widen(fe_hi(e)));
+        }
+    for (int r = 0; r < SMR; r++) {
+        const float *xr = x + r * xs;
+        float *or = o + r * os;
+        if ((flags & SIMK_SOFTMAX_SAFE) && mx[r] == -INFINITY) {
+            for (int64_t j = 0; j < D; j++) or[j] = 0.0f;
+            continue;
+        }
+        const double sum = vd_hsum(vd_add(acc[r][0], acc[r][1]));
+        if (flags & SIMK_SOFTMAX_LOG) {
+            const float m = mx[r], lse = logf((float)sum);
+            for (int64_t j = 0; j < D; j++) or[j] = xr[j] - m - lse;
+        } else if (flags & SIMK_SOFTMAX_GENERIC) {
+            const float sf = (float)sum;
+            for (int64_t j = 0; j < D; j++) or[j] = or[j] / sf;
+        } else {
+            const fe inv = fe_set1((float)(1.0 / sum));
+            for (int64_t j = 0; j < D; j += FE_N) fe_store(or + j, fe_mul(fe_load(or + j), inv));
+        }
+    }
+}
+#endif
+
+/* softmax of rows of D contiguous floats (rows xs / os floats apart) */
+static void softmax_rows(const float *x, int64_t xs, float *o, int64_t os, int64_t nrows, int64_t D,
+                         unsigned flags) {
+    int64_t r = 0;
+#ifdef FE_N
+    /* rows apart (or in place), so no row's output overwrites a row still to be read */
+    if (D % FE_N == 0 && D <= 256 && llabs(os) >= D && (x == o ? xs == os : llabs(xs) >= D))
+        for (; r + SMR <= nrows; r += SMR) softmax_rows4(x + r * xs, xs, o + r * os, os, D, flags);
+#endif
+    for (; r < nrows; r++) softmax_row(x + r * xs, o + r * os, D, flags);
 }
 
 /* Runs fn on every row along dim: the nin inputs' rows as float, out's row to write. */
@@ -2750,6 +3434,21 @@ sim_status simk_softmax(const char *fn, const char *kernel, const sim_view *in, 
         (st = simk_check_same(fn, "input", in, out)) || (st = need_float_dt(fn, "input", in)))
         return st;
     if ((st = sim_launch(kernel, fn))) return st;
+    int nd = out->ndim;
+    if (nd > 0 && in->dtype == SIM_F32 && out->dtype == SIM_F32 && in->strides[dim] == 1 && out->strides[dim] == 1) {
+        /* float32 rows contiguous along dim: several rows at a time */
+        held h;
+        const sim_view *src = hold(&h, in, &out, 1);
+        sim_view heads[2] = {drop_dim(out, (int)dim), drop_dim(src, (int)dim)};
+        const sim_view *ops[2] = {&heads[0], &heads[1]};
+        sim_iter it;
+        if (D > 0 && sim_iter_views(&it, 2, ops))
+            do softmax_rows((const float *)it.p[1], it.s[1], (float *)it.p[0], it.s[0], it.n, D, flags);
+            while (sim_iter_next(&it));
+        free(h.own);
+        sim_corrupt_output(out);
+        return SIM_OK;
+    }
     along_dim(out, 1, &in, dim, softmax_fn, &flags);
     return SIM_OK;
 }
@@ -2769,6 +3468,27 @@ static void softmax_bwd_fn(const void *ctx, const float *const *x, float *o, int
     }
 }
 
+#ifdef FE_N
+/* softmax's gradient y * (g - sum(g * y)) for SMR rows of D floats (a
+ * multiple of FE_N) at once, the dot products in double */
+static void softmax_bwd_rows4(const float *g, int64_t gs, const float *y, int64_t ys, float *o, int64_t os,
+                              int64_t D) {
+    vd acc[SMR][2];
+    for (int r = 0; r < SMR; r++) acc[r][0] = acc[r][1] = vd_set1(0.0);
+    for (int64_t i = 0; i < D; i += FE_N)
+        for (int r = 0; r < SMR; r++) {
+            fe gv = fe_load(g + r * gs + i), yv = fe_load(y + r * ys + i);
+            acc[r][0] = vd_fma(vf_widen(fe_lo(gv)), vf_widen(fe_lo(yv)), acc[r][0]);
+            acc[r][1] = vd_fma(vf_widen(fe_hi(gv)), vf_widen(fe_hi(yv)), acc[r][1]);
+        }
+    for (int r = 0; r < SMR; r++) {
+        const fe sr = fe_set1((float)vd_hsum(vd_add(acc[r][0], acc[r][1])));
+        for (int64_t j = 0; j < D; j += FE_N)
+            fe_store(o + r * os + j, fe_mul(fe_load(y + r * ys + j), fe_sub(fe_load(g + r * gs + j), sr)));
+    }
+}
+#endif
+
 sim_status simk_softmax_backward(const char *fn, const char *kernel, const sim_view *grad, const sim_view *y,
                                  int64_t dim, int log, const sim_view *out) {
     int64_t D, outer, inner;
@@ -2779,6 +3499,37 @@ sim_status simk_softmax_backward(const char *fn, const char *kernel, const sim_v
         return st;
     if ((st = sim_launch(kernel, fn))) return st;
     const sim_view *ins[2] = {grad, y};
+#ifdef FE_N
+    int nd = out->ndim;
+    if (!log && nd > 0 && D % FE_N == 0 && D <= 256 && grad->dtype == SIM_F32 && y->dtype == SIM_F32 &&
+        out->dtype == SIM_F32 && grad->strides[dim] == 1 && y->strides[dim] == 1 && out->strides[dim] == 1) {
+        /* float32 rows contiguous along dim: several rows at a time, row by row where rows overlap */
+        held h[2];
+        const sim_view *src[2] = {hold(&h[0], grad, &out, 1), hold(&h[1], y, &out, 1)};
+        sim_view heads[3] = {drop_dim(out, (int)dim), drop_dim(src[0], (int)dim), drop_dim(src[1], (int)dim)};
+        const sim_view *ops[3] = {&heads[0], &heads[1], &heads[2]};
+        sim_iter it;
+        if (sim_iter_views(&it, 3, ops))
+            do {
+                const float *gp = (const float *)it.p[1], *yp = (const float *)it.p[2];
+                float *op = (float *)it.p[0];
+                int64_t r = 0;
+                if (llabs(it.s[0]) >= D && (gp == op ? it.s[1] == it.s[0] : llabs(it.s[1]) >= D) &&
+                    (yp == op ? it.s[2] == it.s[0] : llabs(it.s[2]) >= D))
+                    for (; r + SMR <= it.n; r += SMR)
+                        softmax_bwd_rows4(gp + r * it.s[1], it.s[1], yp + r * it.s[2], it.s[2], op + r * it.s[0],
+                                          it.s[0], D);
+                for (; r < it.n; r++) {
+                    const float *x[2] = {gp + r * it.s[1], yp + r * it.s[2]};
+                    softmax_bwd_fn(&log, x, op + r * it.s[0], D);
+                }
+            } while (sim_iter_next(&it));
+        free(h[0].own);
+        free(h[1].own);
+        sim_corrupt_output(out);
+        return SIM_OK;
+    }
+#endif
     along_dim(out, 2, ins, dim, softmax_bwd_fn, &log);
     return SIM_OK;
 }

@@ -27,6 +27,8 @@ typedef enum {
     SIMK_GRAD_GELU, SIMK_GRAD_GELU_TANH, SIMK_GRAD_THRESHOLD, SIMK_GRAD_SIGMOID_Y,
     SIMK_GRAD_TANH_Y
 } simk_gradop;
+/* logical ops: any dtypes in (nonzero is true, NaN too), bool out */
+typedef enum { SIMK_LOGICAL_AND, SIMK_LOGICAL_OR, SIMK_LOGICAL_XOR, SIMK_LOGICAL_NOT } simk_logop;
 /* softmax flags */
 #define SIMK_SOFTMAX_LOG 1u     /* log-softmax */
 #define SIMK_SOFTMAX_SAFE 2u    /* a row that is entirely -inf gives zeros, not NaN */
@@ -186,6 +188,123 @@ SIM_HIDDEN sim_status simk_layer_norm_backward(const char *fn, const char *kerne
                                                const sim_view *dw, const sim_view *db);
 SIM_HIDDEN sim_status simk_copy(const char *fn, const char *kernel, const sim_view *src, const sim_view *dst);
 SIM_HIDDEN void simk_fill(const sim_view *out, double value);
+
+/* comparisons of a tensor with a host scalar (op SIMK_EQ..SIMK_GE), PyTorch's
+ * promotion: a floating tensor compares in its own dtype (the scalar rounded
+ * to it); an integer or bool tensor exactly against an integral scalar and
+ * in float32 against any other.  out bool. */
+SIM_HIDDEN sim_status simk_compare_scalar(const char *fn, const char *kernel, simk_binop op, const sim_view *a,
+                                          double other, const sim_view *out);
+/* out = a op b (b unused for SIMK_LOGICAL_NOT); any dtypes, out bool */
+SIM_HIDDEN sim_status simk_logical(const char *fn, const char *kernel, simk_logop op, const sim_view *a,
+                                   const sim_view *b, const sim_view *out);
+/* out = min(max(self, lo), hi), a bound absent (present == 0) when not given;
+ * floats propagate NaN from any operand (PyTorch's clamp); one dtype, not bool */
+SIM_HIDDEN sim_status simk_clamp(const char *fn, const char *kernel, const sim_view *self, const sim_view *lo,
+                                 const sim_view *hi, const sim_view *out);
+/* int64 sum of an integer or bool tensor over the flagged dims (wrapping) */
+SIM_HIDDEN sim_status simk_reduce_int(const char *fn, const char *kernel, const sim_view *in, uint32_t reduce,
+                                      const sim_view *out);
+/* any (all = 0) / all over the flagged dims; out bool (uint8 for a uint8 input) */
+SIM_HIDDEN sim_status simk_any_all(const char *fn, const char *kernel, const sim_view *in, uint32_t reduce, int all,
+                                   const sim_view *out);
+
+/* ---- indexing and shaping (simindex.c): any dtype moved unchanged; index
+ * tensors int64 or int32, range-checked before anything is written (a bad
+ * index is SIM_E_DATA); outputs may share memory with inputs. */
+/* out[..i..] = self[..index[..i..]..] along dim (out has index's shape) */
+SIM_HIDDEN sim_status simk_gather(const char *fn, const char *kernel, const sim_view *self, int64_t dim,
+                                  const sim_view *index, const sim_view *out);
+/* out = self, then out[..index[i]..] = src[i] along dim (add: +=); a 0-d src is one value for all */
+SIM_HIDDEN sim_status simk_scatter(const char *fn, const char *kernel, const sim_view *self, int64_t dim,
+                                   const sim_view *index, const sim_view *src, int add, const sim_view *out);
+SIM_HIDDEN sim_status simk_index_select(const char *fn, const char *kernel, const sim_view *self, int64_t dim,
+                                        const sim_view *index, const sim_view *out);
+/* out = self, then out.select(dim, index[i]) += alpha * source.select(dim, i) */
+SIM_HIDDEN sim_status simk_index_add(const char *fn, const char *kernel, const sim_view *self, int64_t dim,
+                                     const sim_view *index, const sim_view *source, double alpha,
+                                     const sim_view *out);
+/* advanced indexing by n index tensors on self's leading dims (broadcast
+ * together; negative indices count from the end) */
+SIM_HIDDEN sim_status simk_index(const char *fn, const char *kernel, const sim_view *self, const sim_view *indices,
+                                 int n, const sim_view *out);
+/* out = self, then out[indices] = values (accumulate: +=), values broadcast */
+SIM_HIDDEN sim_status simk_index_put(const char *fn, const char *kernel, const sim_view *self,
+                                     const sim_view *indices, int n, const sim_view *values, int accumulate,
+                                     const sim_view *out);
+/* the k largest (smallest) along dim, sorted, ties by position, NaN largest */
+SIM_HIDDEN sim_status simk_topk(const char *fn, const char *kernel, const sim_view *self, int64_t k, int64_t dim,
+                                int largest, const sim_view *values, const sim_view *indices);
+/* max (min) along dim and the first position holding it (values may be absent: argmax) */
+SIM_HIDDEN sim_status simk_minmax_dim(const char *fn, const char *kernel, const sim_view *self, int64_t dim,
+                                      int keepdim, int is_min, const sim_view *values, const sim_view *indices);
+/* cumulative sum along dim: floats in their dtype, integers and bool into int64 */
+SIM_HIDDEN sim_status simk_cumsum(const char *fn, const char *kernel, const sim_view *self, int64_t dim,
+                                  const sim_view *out);
+/* out[i] = elements[i] is among test (!= invert); out bool */
+SIM_HIDDEN sim_status simk_isin(const char *fn, const char *kernel, const sim_view *elements, const sim_view *test,
+                                int invert, const sim_view *out);
+/* tril (upper = 0) / triu of the last two dims */
+SIM_HIDDEN sim_status simk_triangle(const char *fn, const char *kernel, const sim_view *self, int64_t diagonal,
+                                    int upper, const sim_view *out);
+/* PyTorch's constant_pad_nd: pad[2i], pad[2i+1] before / after dim ndim-1-i (negative crops) */
+SIM_HIDDEN sim_status simk_constant_pad(const char *fn, const char *kernel, const sim_view *self, const int64_t *pad,
+                                        int64_t npad, double value, const sim_view *out);
+/* nearest upsampling of [N, C, H, W] to out's size (scales <= 0: from the sizes) and its gradient */
+SIM_HIDDEN sim_status simk_upsample_nearest2d(const char *fn, const char *kernel, const sim_view *in, double scale_h,
+                                              double scale_w, const sim_view *out);
+SIM_HIDDEN sim_status simk_upsample_nearest2d_backward(const char *fn, const char *kernel, const sim_view *grad,
+                                                       double scale_h, double scale_w, const sim_view *out);
+/* out = zeros with grad in out[start:end:step] along dim (slice's gradient) */
+SIM_HIDDEN sim_status simk_slice_backward(const char *fn, const char *kernel, const sim_view *grad, int64_t dim,
+                                          int64_t start, int64_t end, int64_t step, const sim_view *out);
+
+/* ---- the training step (simoptim.c) */
+/* GradScaler's update (PyTorch's _amp_update_scale_): scale, found_inf and out
+ * one float32 element each (out may be scale), growth_tracker one int32 */
+SIM_HIDDEN sim_status simk_amp_update_scale(const char *fn, const char *kernel, const sim_view *scale,
+                                            const sim_view *growth_tracker, const sim_view *found_inf,
+                                            double growth_factor, double backoff_factor, int64_t growth_interval,
+                                            const sim_view *out);
+/* grads[i] *= inv_scale in place; found_inf = 1 if any element is inf or NaN */
+SIM_HIDDEN sim_status simk_amp_unscale(const char *fn, const char *kernel, const sim_view *grads, int n,
+                                       const sim_view *found_inf, const sim_view *inv_scale);
+
+/* ---- random numbers (simrng.c): Philox4x32-10, the caller's (seed, offset);
+ * a call reads sim_rng_words(numel, w) words of the stream from `offset` (a
+ * multiple of 4), w = 1 except sim_rng_random over more than 2^32 values (2) */
+SIM_HIDDEN void sim_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+SIM_HIDDEN uint64_t sim_rng_words(int64_t numel, int words_per_element);
+SIM_HIDDEN sim_status sim_rng_uniform(const char *fn, const char *kernel, const sim_view *out, double from,
+                                      double to, uint64_t seed, uint64_t offset);
+SIM_HIDDEN sim_status sim_rng_normal(const char *fn, const char *kernel, const sim_view *out, double mean,
+                                     double std, uint64_t seed, uint64_t offset);
+SIM_HIDDEN sim_status sim_rng_bernoulli(const char *fn, const char *kernel, const sim_view *out, double p,
+                                        uint64_t seed, uint64_t offset);
+SIM_HIDDEN sim_status sim_rng_random(const char *fn, const char *kernel, const sim_view *out, int64_t from,
+                                     int64_t to, uint64_t seed, uint64_t offset);
+SIM_HIDDEN sim_status sim_rng_dropout(const char *fn, const char *kernel, const sim_view *in, double p, int train,
+                                      uint64_t seed, uint64_t offset, const sim_view *out, const sim_view *mask);
+
+/* PyTorch's _fused_adam_ / _fused_adamw_ (decoupled) and _fused_sgd_ over n
+ * parameters (lists of n views; max_exp_avg_sqs only with amsgrad, bufs only
+ * with momentum): each element in float, the bias corrections in double; a
+ * grad_scale divides the gradients (written back), found_inf == 1 skips. */
+SIM_HIDDEN sim_status simk_fused_adam(const char *fn, const char *kernel, const sim_view *params, const sim_view *grads,
+                                      const sim_view *exp_avgs, const sim_view *exp_avg_sqs,
+                                      const sim_view *max_exp_avg_sqs, const sim_view *steps, int n, double lr,
+                                      double beta1, double beta2, double weight_decay, double eps, int amsgrad,
+                                      int maximize, int decoupled, const sim_view *grad_scale,
+                                      const sim_view *found_inf);
+SIM_HIDDEN sim_status simk_fused_sgd(const char *fn, const char *kernel, const sim_view *params, const sim_view *grads,
+                                     const sim_view *bufs, int n, double weight_decay, double momentum, double lr,
+                                     double dampening, int nesterov, int maximize, int is_first_step,
+                                     const sim_view *grad_scale, const sim_view *found_inf);
+
+/* helpers for the other kernel files */
+SIM_HIDDEN void simk_copy_view(const sim_view *src, const sim_view *dst); /* with conversion; any overlap */
+SIM_HIDDEN int simk_views_overlap(const sim_view *a, const sim_view *b);
+SIM_HIDDEN sim_view simk_dense_like(const sim_view *v, sim_dtype dt, void **own); /* fresh row-major memory */
 
 /* dtype classes */
 SIM_HIDDEN int simk_is_float(sim_dtype dt);

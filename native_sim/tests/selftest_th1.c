@@ -297,6 +297,101 @@ static void training_kernels(void) {
                          pdx, pdw, pdbias, pp, pidx};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CHECK(th1MemFree(all[i]) == TH1_SUCCESS);
 }
+/* The indexing, selection, reduction, mixed-precision and random kernels
+ * (the same core as x1's, under TH1's names): known results, a data error
+ * before any write, and the same random words as x1 for the same seed. */
+static void selection_kernels(void) {
+    float x[6] = {3, -1, 7, 7, 0.5f, -2}, r[6];
+    int64_t i6[6] = {4, -3, 0, 9, 2, 2}, ri[6], s6[1] = {6}, s23[2] = {2, 3}, s2[1] = {2}, s3[1] = {3};
+    uint8_t b[6];
+    th1DevPtr_t px = put(x, sizeof x), pi = put(i6, sizeof i6), po = dev_alloc(24), pio = dev_alloc(48),
+                pb = dev_alloc(6);
+    th1TensorDesc_t tx = desc(px, 1, s6, F), ti = desc(pi, 1, s6, TH1_DATA_INT64), to = desc(po, 1, s6, F),
+                    tio = desc(pio, 1, s6, TH1_DATA_INT64), tb = desc(pb, 1, s6, TH1_DATA_BOOL);
+    CHECK(th1GreaterScalar(&ti, 2.5, &tb) == TH1_SUCCESS);
+    get(b, pb, 6);
+    CHECK(b[0] == 1 && b[1] == 0 && b[3] == 1 && b[4] == 0);
+    CHECK(th1EqualScalar(&ti, 2.0, &tb) == TH1_SUCCESS && th1NotEqualScalar(&tx, 7.0, &tb) == TH1_SUCCESS);
+    CHECK(th1LessScalar(&tx, 0.0, &tb) == TH1_SUCCESS && th1LessEqualScalar(&tx, 0.5, &tb) == TH1_SUCCESS);
+    CHECK(th1GreaterEqualScalar(&tb, 1.0, &tb) == TH1_SUCCESS);
+    CHECK(th1Logical(&tx, &ti, TH1_LOGICAL_AND, &tb) == TH1_SUCCESS && th1Logical(&tb, &tx, 7, &tb) == TH1_ERROR_INVALID_ARGUMENT);
+    CHECK(th1Logical(&ti, &ti, TH1_LOGICAL_XOR, &tb) == TH1_SUCCESS && th1LogicalNot(&tx, &tb) == TH1_SUCCESS);
+    th1TensorDesc_t tsum = desc(pio, 0, s6, TH1_DATA_INT64), tany = desc(pb, 0, s6, TH1_DATA_BOOL);
+    CHECK(th1ReduceSum(&ti, NULL, 0, 0, &tsum) == TH1_SUCCESS);
+    get(ri, pio, 8);
+    CHECK(ri[0] == 14);
+    CHECK(th1ReduceLogical(&tx, NULL, 0, 0, TH1_REDUCE_ALL, &tany) == TH1_SUCCESS);
+    CHECK(th1ReduceLogicalAxis(&tx, 0, 0, TH1_REDUCE_ANY, &tany) == TH1_SUCCESS);
+    th1TensorDesc_t tx23 = desc(px, 2, s23, F), tv2 = desc(po, 1, s2, F), ti2 = desc(pio, 1, s2, TH1_DATA_INT64);
+    CHECK(th1ReduceMinMax(&tx23, 1, 0, TH1_REDUCE_MAX, &tv2, &ti2) == TH1_SUCCESS);
+    get(r, po, 8);
+    get(ri, pio, 16);
+    CHECK(r[0] == 7 && ri[0] == 2 && ri[1] == 0);
+    CHECK(th1ArgMinMax(&tx23, -1, 0, TH1_REDUCE_MIN, &ti2) == TH1_SUCCESS);
+    th1TensorDesc_t tk = desc(po, 1, s3, F), tki = desc(pio, 1, s3, TH1_DATA_INT64);
+    CHECK(th1TopK(&tx, 3, 0, 0, &tk, &tki) == TH1_SUCCESS);
+    get(r, po, 12);
+    CHECK(r[0] == -2 && r[1] == -1 && r[2] == 0.5f);
+    CHECK(th1CumSum(&ti, 0, &tio) == TH1_SUCCESS);
+    CHECK(th1Clamp(&tx, NULL, &tx, &to) == TH1_SUCCESS && th1IsIn(&ti, &ti, 0, &tb) == TH1_SUCCESS);
+    int64_t g6[6] = {2, 0, 1, 1, 1, 0};
+    th1DevPtr_t pg = put(g6, sizeof g6);
+    th1TensorDesc_t tg = desc(pg, 2, s23, TH1_DATA_INT64), to23 = desc(po, 2, s23, F);
+    CHECK(th1Gather(&tx23, 1, &tg, &to23) == TH1_SUCCESS);
+    get(r, po, 24);
+    CHECK(r[0] == 7 && r[1] == 3 && r[5] == 7);
+    CHECK(th1Scatter(&tx23, 1, &tg, &tx23, 1, &to23) == TH1_SUCCESS);
+    th1TensorDesc_t tbad = desc(pi, 2, s23, TH1_DATA_INT64);
+    CHECK(th1Gather(&tx23, 1, &tbad, &to23) == TH1_ERROR_DATA);
+    th1TensorDesc_t tsel = desc(pg, 1, s2, TH1_DATA_INT64), tos = desc(po, 2, (int64_t[]){2, 2}, F);
+    CHECK(th1IndexSelect(&tx23, 1, &tsel, &tos) == TH1_SUCCESS);
+    CHECK(th1IndexAdd(&tx23, 1, &tsel, &tos, 1.0, &to23) == TH1_SUCCESS);
+    const th1TensorDesc_t *idx[1] = {&tsel};
+    CHECK(th1Index(&tx, idx, 1, &tv2) == TH1_SUCCESS && th1IndexPut(&tx, idx, 1, &tv2, 0, &to) == TH1_SUCCESS);
+    CHECK(th1Triangle(&tx23, 0, 1, &to23) == TH1_SUCCESS);
+    int64_t pad[2] = {1, 1};
+    th1TensorDesc_t tpad = desc(pio, 1, (int64_t[]){8}, F);
+    CHECK(th1Pad(&tx, pad, 2, 9.0, &tpad) == TH1_SUCCESS);
+    th1TensorDesc_t tu = desc(px, 4, (int64_t[]){1, 1, 2, 3}, F), tuo = desc(pio, 4, (int64_t[]){1, 1, 2, 6}, F);
+    CHECK(th1UpsampleNearest2d(&tu, 0.0, 0.0, &tuo) == TH1_SUCCESS);
+    th1TensorDesc_t tug = desc(pb, 4, (int64_t[]){1, 1, 1, 1}, F);
+    CHECK(th1UpsampleNearest2dBackward(&tuo, 0.0, 0.0, &tug) == TH1_SUCCESS);
+    CHECK(th1SliceBackward(&tv2, 0, 1, 6, 3, &to) == TH1_SUCCESS);
+    float scale = 1024.0f, inf0 = 0.0f, inv = 0.5f;
+    int32_t tracker = 1;
+    th1DevPtr_t psc = put(&scale, 4), pgt = put(&tracker, 4), pfi = put(&inf0, 4), pinv = put(&inv, 4);
+    th1TensorDesc_t tsc = desc(psc, 0, s6, F), tgt = desc(pgt, 0, s6, TH1_DATA_INT32), tfi = desc(pfi, 0, s6, F),
+                    tinv = desc(pinv, 0, s6, F);
+    CHECK(th1AmpUpdateScale(&tsc, &tgt, &tfi, 2.0, 0.5, 2, &tsc) == TH1_SUCCESS);
+    get(&scale, psc, 4);
+    CHECK(scale == 2048.0f);
+    th1TensorDesc_t *grads[1] = {&to};
+    CHECK(th1AmpUnscale(grads, 1, &tfi, &tinv) == TH1_SUCCESS);
+    float fp[2] = {1.0f, 1.0f}, fg[2] = {0.5f, -0.5f}, fz[2] = {0, 0}, fstep = 1.0f;
+    th1DevPtr_t pfp = put(fp, 8), pfg = put(fg, 8), pfm = put(fz, 8), pfv = put(fz, 8), pfs = put(&fstep, 4);
+    th1TensorDesc_t tfp = desc(pfp, 1, s2, F), tfg = desc(pfg, 1, s2, F), tfm = desc(pfm, 1, s2, F),
+                    tfv = desc(pfv, 1, s2, F), tfs = desc(pfs, 0, s2, F);
+    th1TensorDesc_t *lp[1] = {&tfp}, *lg[1] = {&tfg}, *lm[1] = {&tfm}, *lv[1] = {&tfv};
+    const th1TensorDesc_t *ls[1] = {&tfs};
+    CHECK(th1FusedAdam(lp, lg, lm, lv, NULL, ls, 1, 0.1, 0.9, 0.999, 0.0, 1e-8, TH1_ADAM_DECOUPLED, NULL, NULL) ==
+          TH1_SUCCESS);
+    get(fp, pfp, 8);
+    CHECK(fabsf(fp[0] - 0.9f) < 1e-6f && fabsf(fp[1] - 1.1f) < 1e-6f);
+    CHECK(th1FusedSgd(lp, lg, lm, 1, 0.0, 0.9, 0.1, 0.0, TH1_SGD_FIRST_STEP, NULL, NULL) == TH1_SUCCESS);
+    th1MemFree(pfp), th1MemFree(pfg), th1MemFree(pfm), th1MemFree(pfv), th1MemFree(pfs);
+    unsigned long long words = 0;
+    CHECK(th1RngWords(5, 1, &words) == TH1_SUCCESS && words == 8);
+    CHECK(th1RngRandom(&tio, 0, (int64_t)1 << 31, 0, 0) == TH1_SUCCESS);   /* x1's words: the same stream */
+    get(ri, pio, 48);
+    CHECK(ri[0] == 0x6627e8d5 && ri[1] == 0x6169c58d);
+    CHECK(th1RngUniform(&to, -1.0, 1.0, 1, 0) == TH1_SUCCESS && th1RngNormal(&to, 0.0, 1.0, 1, 8) == TH1_SUCCESS);
+    CHECK(th1RngBernoulli(&tb, 0.5, 1, 16) == TH1_SUCCESS && th1RngNormal(&tb, 0.0, 1.0, 1, 0) == TH1_ERROR_NOT_SUPPORTED);
+    CHECK(th1Dropout(&tx, 0.5, 1, 3, 0, &to, &tb) == TH1_SUCCESS && th1Dropout(&tx, 0.5, 1, 3, 6, &to, &tb) ==
+          TH1_ERROR_INVALID_ARGUMENT);
+    th1MemFree(px), th1MemFree(pi), th1MemFree(po), th1MemFree(pio), th1MemFree(pb), th1MemFree(pg);
+    th1MemFree(psc), th1MemFree(pgt), th1MemFree(pfi), th1MemFree(pinv);
+}
+
 #undef F
 
 int main(void) {
@@ -346,6 +441,7 @@ int main(void) {
     CHECK(th1MemcpyHtoD(12345, a, 4) == TH1_ERROR_ILLEGAL_ADDRESS);
     CHECK(strstr(th1GetLastErrorString(), "th1MemcpyHtoD") != NULL);
     training_kernels();
+    selection_kernels();
     CHECK(th1DebugInjectFaults("softmax:1") == TH1_SUCCESS);
     CHECK(th1Softmax(&ta, 1, 0, &to) == TH1_ERROR_HARDWARE);
     CHECK(th1DebugInjectFaults("") == TH1_SUCCESS);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "../x1/x1_runtime.h"
+#include "../common/simkernels.h" /* sim_philox4x32_10: the generator's known answer */
 #include "selftest_common.h"
 
 static x1_devptr_t put(const void *host, size_t n) {
@@ -233,6 +234,167 @@ static void training_kernels(void) {
 
 static void test_conv2d_dilation_groups(void);
 
+/* The indexing, selection, reduction, mixed-precision and random kernels:
+ * each on values with known results, and a data error before any write. */
+#define F X1_FLOAT32
+static void selection_kernels(void) {
+    float x[6] = {3, -1, 7, 7, 0.5f, -2}, r[6];
+    int64_t i6[6] = {4, -3, 0, 9, 2, 2}, ri[6], s6[1] = {6}, s23[2] = {2, 3}, s32[2] = {3, 2};
+    uint8_t b[6];
+    x1_devptr_t px = put(x, sizeof x), pi = put(i6, sizeof i6), po = dev_alloc(24), pio = dev_alloc(48),
+                pb = dev_alloc(6);
+    x1_tensor_t tx = desc(px, 1, s6, F), ti = desc(pi, 1, s6, X1_INT64), to = desc(po, 1, s6, F),
+                tio = desc(pio, 1, s6, X1_INT64), tb = desc(pb, 1, s6, X1_BOOL);
+    CHECK(x1_gt_scalar(&ti, 2.5, &tb) == X1_SUCCESS); /* an integer tensor against 2.5: in float */
+    get(b, pb, 6);
+    CHECK(b[0] == 1 && b[1] == 0 && b[3] == 1 && b[4] == 0);
+    CHECK(x1_eq_scalar(&ti, 2.0, &tb) == X1_SUCCESS && x1_ne_scalar(&tx, 7.0, &tb) == X1_SUCCESS);
+    CHECK(x1_lt_scalar(&tx, 0.0, &tb) == X1_SUCCESS && x1_le_scalar(&tx, 0.5, &tb) == X1_SUCCESS);
+    CHECK(x1_ge_scalar(&tb, 1.0, &tb) == X1_SUCCESS);
+    CHECK(x1_eq_scalar(&tx, 1.0, &to) == X1_ERR_UNSUPPORTED);      /* writes bool */
+    CHECK(x1_logical_and(&tx, &ti, &tb) == X1_SUCCESS && x1_logical_or(&tb, &tx, &tb) == X1_SUCCESS);
+    CHECK(x1_logical_xor(&ti, &ti, &tb) == X1_SUCCESS && x1_logical_not(&tx, &tb) == X1_SUCCESS);
+    get(b, pb, 6);
+    CHECK(b[4] == 0 && b[5] == 0);
+    /* reductions */
+    int64_t d0[1] = {0}, one = 1;
+    x1_tensor_t tsum = desc(pio, 0, s6, X1_INT64), tany = desc(pb, 0, s6, X1_BOOL);
+    CHECK(x1_sum(&ti, NULL, 0, false, &tsum) == X1_SUCCESS);
+    get(ri, pio, 8);
+    CHECK(ri[0] == 14);
+    CHECK(x1_any(&tb, NULL, 0, false, &tany) == X1_SUCCESS && x1_all(&tx, d0, 1, false, &tany) == X1_SUCCESS);
+    get(b, pb, 1);
+    CHECK(b[0] == 1);
+    CHECK(x1_any_dim(&tx, 0, false, &tany) == X1_SUCCESS && x1_all_dim(&ti, 0, false, &tany) == X1_SUCCESS);
+    x1_tensor_t tx23 = desc(px, 2, s23, F), tv2 = desc(po, 1, (int64_t[]){2}, F),
+                ti2 = desc(pio, 1, (int64_t[]){2}, X1_INT64);
+    CHECK(x1_max_dim(&tx23, 1, false, &tv2, &ti2) == X1_SUCCESS);
+    get(r, po, 8);
+    get(ri, pio, 16);
+    CHECK(r[0] == 7 && r[1] == 7 && ri[0] == 2 && ri[1] == 0);    /* the first 7 of each row */
+    CHECK(x1_min_dim(&tx23, 1, false, &tv2, &ti2) == X1_SUCCESS && x1_argmin(&tx23, 1, false, &ti2) == X1_SUCCESS);
+    CHECK(x1_argmax(&tx23, -1, false, &ti2) == X1_SUCCESS);
+    CHECK(x1_argmax(&tx23, 2, false, &ti2) == X1_ERR_INVALID_VALUE);
+    x1_tensor_t tk = desc(po, 1, (int64_t[]){3}, F), tki = desc(pio, 1, (int64_t[]){3}, X1_INT64);
+    CHECK(x1_topk(&tx, 3, 0, true, &tk, &tki) == X1_SUCCESS);
+    get(r, po, 12);
+    get(ri, pio, 24);
+    CHECK(r[0] == 7 && r[1] == 7 && r[2] == 3 && ri[0] == 2 && ri[1] == 3 && ri[2] == 0);
+    CHECK(x1_cumsum(&ti, 0, &tio) == X1_SUCCESS);
+    get(ri, pio, 48);
+    CHECK(ri[5] == 14);
+    CHECK(x1_cumsum(&tx, 0, &tio) == X1_ERR_UNSUPPORTED);             /* float gives float */
+    /* clamp, isin */
+    float lo = 0.0f;
+    x1_devptr_t plo = put(&lo, 4);
+    x1_tensor_t tlo = desc(plo, 1, s6, F);
+    tlo.strides[0] = 0;
+    CHECK(x1_clamp(&tx, &tlo, NULL, &to) == X1_SUCCESS);
+    get(r, po, 24);
+    CHECK(r[1] == 0 && r[2] == 7);
+    CHECK(x1_clamp(&tx, NULL, NULL, &to) == X1_ERR_INVALID_VALUE);
+    CHECK(x1_isin(&ti, &ti, true, &tb) == X1_SUCCESS);
+    get(b, pb, 6);
+    CHECK(b[0] == 0 && b[5] == 0);
+    /* indexing: gather, scatter, index_select / add, advanced indexing */
+    int64_t g6[6] = {2, 0, 1, 1, 1, 0};
+    x1_devptr_t pg = put(g6, sizeof g6);
+    x1_tensor_t tg = desc(pg, 2, s23, X1_INT64), to23 = desc(po, 2, s23, F);
+    CHECK(x1_gather(&tx23, 1, &tg, &to23) == X1_SUCCESS);
+    get(r, po, 24);
+    CHECK(r[0] == 7 && r[1] == 3 && r[5] == 7);
+    CHECK(x1_scatter(&tx23, 1, &tg, &tx23, &to23) == X1_SUCCESS && x1_scatter_add(&tx23, 1, &tg, &tx23, &to23) == X1_SUCCESS);
+    x1_tensor_t tbad = desc(pi, 2, s23, X1_INT64);
+    CHECK(x1_gather(&tx23, 1, &tbad, &to23) == X1_ERR_DATA);          /* 4, -3, 9: out of range */
+    x1_tensor_t tsel = desc(pg, 1, (int64_t[]){2}, X1_INT64), tos = desc(po, 2, (int64_t[]){2, 2}, F);
+    CHECK(x1_index_select(&tx23, 1, &tsel, &tos) == X1_SUCCESS);
+    CHECK(x1_index_add(&tx23, 1, &tsel, &tos, 2.0, &to23) == X1_SUCCESS);
+    const x1_tensor_t *idx[1] = {&tsel};
+    CHECK(x1_index(&tx, idx, 1, &tv2) == X1_SUCCESS);
+    get(r, po, 8);
+    CHECK(r[0] == 7 && r[1] == 3);
+    CHECK(x1_index_put(&tx, idx, 1, &tv2, true, &to) == X1_SUCCESS);
+    get(r, po, 24);
+    CHECK(r[2] == 14 && r[0] == 6);
+    CHECK(x1_index(&tx, idx, 0, &tv2) == X1_ERR_INVALID_VALUE);
+    /* shaping */
+    x1_tensor_t tx32 = desc(px, 2, s32, F), to32 = desc(po, 2, s32, F);
+    CHECK(x1_tril(&tx32, 0, &to32) == X1_SUCCESS && x1_triu(&tx32, 1, &to32) == X1_SUCCESS);
+    get(r, po, 24);
+    CHECK(r[0] == 0 && r[1] == -1 && r[2] == 0);
+    int64_t pad[2] = {1, 1};
+    x1_tensor_t tpad = desc(pio, 1, (int64_t[]){8}, F);
+    CHECK(x1_constant_pad_nd(&tx, pad, 2, 9.0, &tpad) == X1_SUCCESS);
+    float pr[8];
+    get(pr, pio, 32);
+    CHECK(pr[0] == 9 && pr[1] == 3 && pr[7] == 9);
+    x1_tensor_t tu = desc(px, 4, (int64_t[]){1, 1, 2, 3}, F), tuo = desc(pio, 4, (int64_t[]){1, 1, 2, 6}, F);
+    CHECK(x1_upsample_nearest2d(&tu, 0.0, 0.0, &tuo) == X1_SUCCESS);
+    x1_tensor_t tug = desc(pb, 4, (int64_t[]){1, 1, 1, 1}, F);
+    CHECK(x1_upsample_nearest2d_backward(&tuo, 0.0, 0.0, &tug) == X1_SUCCESS);
+    float ug;
+    get(&ug, pb, 4);
+    CHECK(ug == 3 - 1 + 7 + 7 + 0.5f - 2 + 3 - 1 + 7 + 7 + 0.5f - 2);   /* every output from the one pixel */
+    CHECK(x1_slice_backward(&tv2, 0, 1, 6, 3, &to) == X1_SUCCESS);        /* tv2 = [0, -1], read first */
+    get(r, po, 24);
+    CHECK(r[0] == 0 && r[1] == 0 && r[4] == -1 && r[5] == 0);
+    /* mixed precision */
+    float scale = 1024.0f, inf0 = 0.0f;
+    int32_t tracker = 1;
+    x1_devptr_t psc = put(&scale, 4), pgt = put(&tracker, 4), pfi = put(&inf0, 4);
+    x1_tensor_t tsc = desc(psc, 0, s6, F), tgt = desc(pgt, 0, s6, X1_INT32), tfi = desc(pfi, 0, s6, F);
+    CHECK(x1_amp_update_scale(&tsc, &tgt, &tfi, 2.0, 0.5, 2, &tsc) == X1_SUCCESS);
+    get(&scale, psc, 4);
+    get(&tracker, pgt, 4);
+    CHECK(scale == 2048.0f && tracker == 0);
+    float inv = 0.5f, nan_in[2] = {2.0f, 1.0f / 0.0f};
+    x1_devptr_t pinv = put(&inv, 4), pn = put(nan_in, 8);
+    x1_tensor_t tinv = desc(pinv, 0, s6, F), tn = desc(pn, 1, (int64_t[]){2}, F);
+    x1_tensor_t *grads[2] = {&tn, &to};
+    CHECK(x1_amp_unscale(grads, 2, &tfi, &tinv) == X1_SUCCESS);
+    get(&inf0, pfi, 4);
+    get(nan_in, pn, 8);
+    CHECK(inf0 == 1.0f && nan_in[0] == 1.0f);
+    /* fused optimizers: one parameter, then one Adam step of (2, 1, 0.5, 0.25) over a zero state */
+    float fp[2] = {1.0f, 1.0f}, fg[2] = {0.5f, -0.5f}, fz[4] = {0, 0, 0, 0}, fstep = 1.0f;
+    x1_devptr_t pfp = put(fp, 8), pfg = put(fg, 8), pfm = put(fz, 8), pfv = put(fz, 8), pfs = put(&fstep, 4);
+    int64_t s2b[1] = {2};
+    x1_tensor_t tfp = desc(pfp, 1, s2b, F), tfg = desc(pfg, 1, s2b, F), tfm = desc(pfm, 1, s2b, F),
+                tfv = desc(pfv, 1, s2b, F), tfs = desc(pfs, 0, s2b, F);
+    x1_tensor_t *lp[1] = {&tfp}, *lg[1] = {&tfg}, *lm[1] = {&tfm}, *lv[1] = {&tfv};
+    const x1_tensor_t *ls[1] = {&tfs};
+    CHECK(x1_fused_adam(lp, lg, lm, lv, NULL, ls, 1, 0.1, 0.9, 0.999, 0.0, 1e-8, false, false, true, NULL, NULL) ==
+          X1_SUCCESS);
+    get(fp, pfp, 8);
+    CHECK(fabsf(fp[0] - 0.9f) < 1e-6f && fabsf(fp[1] - 1.1f) < 1e-6f);   /* the first step moves by lr */
+    CHECK(x1_fused_sgd(lp, lg, lm, 1, 0.0, 0.9, 0.1, 0.0, true, false, true, NULL, NULL) == X1_SUCCESS);
+    CHECK(x1_fused_adam(lp, lg, lm, lv, NULL, ls, 1, 0.1, 0.9, 0.999, 0.0, 1e-8, true, false, true, NULL, NULL) ==
+          X1_ERR_INVALID_VALUE);                                                /* amsgrad without its list */
+    x1_free(pfp), x1_free(pfg), x1_free(pfm), x1_free(pfv), x1_free(pfs);
+    /* random numbers: the Philox4x32-10 known answer, then each kernel */
+    uint32_t ctr[4] = {0, 0, 0, 0}, key[2] = {0, 0}, out4[4];
+    sim_philox4x32_10(ctr, key, out4);
+    CHECK(out4[0] == 0x6627e8d5u && out4[1] == 0xe169c58du && out4[2] == 0xbc57ac4cu && out4[3] == 0x9b00dbd8u);
+    uint64_t words = 0;
+    CHECK(x1_rng_words(5, 1, &words) == X1_SUCCESS && words == 8);
+    CHECK(x1_rng_words(5, 2, &words) == X1_SUCCESS && words == 12);
+    CHECK(x1_random(&tio, 0, (int64_t)1 << 31, 0, 0) == X1_SUCCESS);  /* word % 2^31 */
+    get(ri, pio, 48);
+    CHECK(ri[0] == 0x6627e8d5 && ri[1] == 0x6169c58d && ri[4] != ri[0]);
+    CHECK(x1_random(&tio, -5, 5, 7, 4) == X1_SUCCESS && x1_random(&tio, 0, INT64_MAX, 7, 0) == X1_SUCCESS);
+    CHECK(x1_uniform(&to, -1.0, 1.0, 1, 0) == X1_SUCCESS && x1_normal(&to, 0.0, 1.0, 1, 8) == X1_SUCCESS);
+    CHECK(x1_bernoulli(&tb, 0.5, 1, 16) == X1_SUCCESS && x1_bernoulli(&tio, 0.25, 1, 0) == X1_SUCCESS);
+    CHECK(x1_uniform(&to, 0.0, 1.0, 1, 2) == X1_ERR_INVALID_VALUE);   /* offset not a multiple of 4 */
+    CHECK(x1_native_dropout(&tx, 0.5, true, 3, 0, &to, &tb) == X1_SUCCESS);
+    CHECK(x1_native_dropout(&tx, 0.5, false, 3, 0, &to, &tb) == X1_SUCCESS);
+    get(r, po, 24);
+    CHECK(r[0] == 3 && r[5] == -2);
+    (void)one;
+    x1_free(px), x1_free(pi), x1_free(po), x1_free(pio), x1_free(pb), x1_free(plo), x1_free(pg);
+    x1_free(psc), x1_free(pgt), x1_free(pfi), x1_free(pinv), x1_free(pn);
+}
+#undef F
+
 int main(void) {
     CHECK(x1_malloc(&(x1_devptr_t){0}, 16) == X1_ERR_NOT_INITIALIZED);
     CHECK(x1_init(1 << 24) == X1_SUCCESS);
@@ -361,6 +523,7 @@ int main(void) {
     CHECK_NEAR(o[0] + o[1] + o[2] + o[3], 1.0, 1e-5);
 
     training_kernels();
+    selection_kernels();
 
     /* bad addresses, batch, map, faults, counters */
     CHECK(x1_memcpy_d2d(po, pa, sizeof a) == X1_SUCCESS);

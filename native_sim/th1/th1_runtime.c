@@ -133,10 +133,10 @@ TH1API th1Result_t th1ResetStats(void) {
 TH1API th1Result_t th1GetKernelStats(th1KernelStat_t *stats, int maxStats, int *numStats) {
     if (!numStats || maxStats < 0 || (maxStats > 0 && !stats))
         return code(sim_fail(SIM_E_INVALID_VALUE, "th1GetKernelStats", "bad arguments"));
-    char names[96][SIM_KERNEL_NAME_LEN];
-    uint64_t counts[96];
-    int n = sim_kernel_counters(names, counts, 96);
-    for (int i = 0; i < n && i < maxStats && i < 96; i++) {
+    char names[SIM_MAX_KERNELS][SIM_KERNEL_NAME_LEN];
+    uint64_t counts[SIM_MAX_KERNELS];
+    int n = sim_kernel_counters(names, counts, SIM_MAX_KERNELS);
+    for (int i = 0; i < n && i < maxStats && i < SIM_MAX_KERNELS; i++) {
         memcpy(stats[i].name, names[i], TH1_KERNEL_NAME_MAX);
         stats[i].launches = counts[i];
     }
@@ -183,12 +183,12 @@ TH1_BINARY(Div, "div", SIMK_DIV, COMPUTE)
 TH1_BINARY(Pow, "pow", SIMK_POW, COMPUTE)
 TH1_BINARY(Maximum, "maximum", SIMK_MAXIMUM, ARITH)
 TH1_BINARY(Minimum, "minimum", SIMK_MINIMUM, ARITH)
-TH1_BINARY(Equal, "eq", SIMK_EQ, ARITH)
-TH1_BINARY(NotEqual, "ne", SIMK_NE, ARITH)
-TH1_BINARY(Less, "lt", SIMK_LT, ARITH)
-TH1_BINARY(LessEqual, "le", SIMK_LE, ARITH)
-TH1_BINARY(Greater, "gt", SIMK_GT, ARITH)
-TH1_BINARY(GreaterEqual, "ge", SIMK_GE, ARITH)
+TH1_BINARY(Equal, "eq", SIMK_EQ, ANY)
+TH1_BINARY(NotEqual, "ne", SIMK_NE, ANY)
+TH1_BINARY(Less, "lt", SIMK_LT, ANY)
+TH1_BINARY(LessEqual, "le", SIMK_LE, ANY)
+TH1_BINARY(Greater, "gt", SIMK_GT, ANY)
+TH1_BINARY(GreaterEqual, "ge", SIMK_GE, ANY)
 TH1_BINARY(BitwiseAnd, "bitwise_and", SIMK_BITAND, BITS)
 TH1_BINARY(BitwiseOr, "bitwise_or", SIMK_BITOR, BITS)
 TH1_BINARY(BitwiseXor, "bitwise_xor", SIMK_BITXOR, BITS)
@@ -485,7 +485,15 @@ static sim_status reduce(const char *fn, const char *kernel, int mean, const th1
 
 TH1API th1Result_t th1ReduceSum(const th1TensorDesc_t *x, const int64_t *axes, int numAxes, int keepDims,
                                 th1TensorDesc_t *y) {
-    return code(reduce("th1ReduceSum", "sum", 0, x, axes, numAxes, keepDims, y));
+    const char *fn = "th1ReduceSum";
+    sim_view xv, yv;
+    uint32_t mask;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)))
+        return code(st);
+    if (simk_is_float(xv.dtype)) return code(reduce(fn, "sum", 0, x, axes, numAxes, keepDims, y));
+    if ((st = simk_reduce_dims(fn, &xv, axes, numAxes, keepDims, &yv, &mask))) return code(st);
+    return code(simk_reduce_int(fn, "sum", &xv, mask, &yv));
 }
 TH1API th1Result_t th1ReduceMean(const th1TensorDesc_t *x, const int64_t *axes, int numAxes, int keepDims,
                                  th1TensorDesc_t *y) {
@@ -835,6 +843,448 @@ TH1API th1Result_t th1Cat(const th1TensorDesc_t *const *inputs, int numInputs, i
     if (!st) st = simk_cat(fn, "cat", views, numInputs, axis, &yv);
     free(views);
     return code(st);
+}
+
+/* --------------------------------------------------- comparisons, logical */
+
+static sim_status compare_scalar(const char *fn, const char *kernel, simk_binop op, const th1TensorDesc_t *x,
+                                 double value, th1TensorDesc_t *y) {
+    sim_view xv, yv;
+    TRY(sim_require_init(fn));
+    TRY(view_of(y, &yv, fn, "y", 0));
+    TRY(view_of(x, &xv, fn, "x", 0));
+    return simk_compare_scalar(fn, kernel, op, &xv, value, &yv);
+}
+
+#define TH1_COMPARE_SCALAR(name, kernel, op)                                                              \
+    TH1API th1Result_t th1##name##Scalar(const th1TensorDesc_t *x, double value, th1TensorDesc_t *y) {    \
+        return code(compare_scalar("th1" #name "Scalar", kernel, op, x, value, y));                       \
+    }
+TH1_COMPARE_SCALAR(Equal, "eq_scalar", SIMK_EQ)
+TH1_COMPARE_SCALAR(NotEqual, "ne_scalar", SIMK_NE)
+TH1_COMPARE_SCALAR(Less, "lt_scalar", SIMK_LT)
+TH1_COMPARE_SCALAR(LessEqual, "le_scalar", SIMK_LE)
+TH1_COMPARE_SCALAR(Greater, "gt_scalar", SIMK_GT)
+TH1_COMPARE_SCALAR(GreaterEqual, "ge_scalar", SIMK_GE)
+
+TH1API th1Result_t th1Logical(const th1TensorDesc_t *a, const th1TensorDesc_t *b, int op, th1TensorDesc_t *c) {
+    const char *fn = "th1Logical";
+    static const char *const names[3] = {"logical_and", "logical_or", "logical_xor"};
+    sim_view av, bv, cv;
+    sim_status st;
+    if ((st = sim_require_init(fn))) return code(st);
+    if (op < TH1_LOGICAL_AND || op > TH1_LOGICAL_XOR)
+        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "op=%d (expected TH1_LOGICAL_AND, _OR or _XOR)", op));
+    if ((st = view_of(c, &cv, fn, "c", 0)) || (st = view_of(a, &av, fn, "a", 0)) || (st = view_of(b, &bv, fn, "b", 0)))
+        return code(st);
+    return code(simk_logical(fn, names[op], (simk_logop)op, &av, &bv, &cv));
+}
+
+TH1API th1Result_t th1LogicalNot(const th1TensorDesc_t *x, th1TensorDesc_t *y) {
+    const char *fn = "th1LogicalNot";
+    sim_view xv, yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)))
+        return code(st);
+    return code(simk_logical(fn, "logical_not", SIMK_LOGICAL_NOT, &xv, NULL, &yv));
+}
+
+/* ----------------------------------------------- reductions to bool, extremes */
+
+static sim_status reduce_logical(const char *fn, const th1TensorDesc_t *x, const int64_t *axes, int numAxes,
+                                 int keepDims, int mode, th1TensorDesc_t *y) {
+    sim_view xv, yv;
+    uint32_t mask;
+    TRY(sim_require_init(fn));
+    if (mode != TH1_REDUCE_ANY && mode != TH1_REDUCE_ALL)
+        return sim_fail(SIM_E_INVALID_VALUE, fn, "mode=%d (expected TH1_REDUCE_ANY or TH1_REDUCE_ALL)", mode);
+    TRY(view_of(y, &yv, fn, "y", 0));
+    TRY(view_of(x, &xv, fn, "x", 0));
+    TRY(simk_reduce_dims(fn, &xv, axes, numAxes, keepDims, &yv, &mask));
+    return simk_any_all(fn, mode == TH1_REDUCE_ALL ? "all" : "any", &xv, mask, mode == TH1_REDUCE_ALL, &yv);
+}
+
+TH1API th1Result_t th1ReduceLogical(const th1TensorDesc_t *x, const int64_t *axes, int numAxes, int keepDims,
+                                    int mode, th1TensorDesc_t *y) {
+    return code(reduce_logical("th1ReduceLogical", x, axes, numAxes, keepDims, mode, y));
+}
+
+TH1API th1Result_t th1ReduceLogicalAxis(const th1TensorDesc_t *x, int axis, int keepDims, int mode,
+                                        th1TensorDesc_t *y) {
+    int64_t a = axis;
+    return code(reduce_logical("th1ReduceLogicalAxis", x, &a, 1, keepDims, mode, y));
+}
+
+static sim_status minmax(const char *fn, const th1TensorDesc_t *x, int axis, int keepDims, int mode,
+                         th1TensorDesc_t *values, th1TensorDesc_t *indices) {
+    sim_view xv, vv, iv;
+    TRY(sim_require_init(fn));
+    if (mode != TH1_REDUCE_MAX && mode != TH1_REDUCE_MIN)
+        return sim_fail(SIM_E_INVALID_VALUE, fn, "mode=%d (expected TH1_REDUCE_MAX or TH1_REDUCE_MIN)", mode);
+    TRY(view_of(values, &vv, fn, "values", 1));
+    TRY(view_of(indices, &iv, fn, "indices", 0));
+    TRY(view_of(x, &xv, fn, "x", 0));
+    TRY(simk_check_dtype_in(fn, "x", &xv, ARITH, NELEM(ARITH)));
+    const char *kernel = values ? (mode ? "min_dim" : "max_dim") : (mode ? "argmin" : "argmax");
+    return simk_minmax_dim(fn, kernel, &xv, axis, keepDims, mode == TH1_REDUCE_MIN, &vv, &iv);
+}
+
+TH1API th1Result_t th1ReduceMinMax(const th1TensorDesc_t *x, int axis, int keepDims, int mode,
+                                   th1TensorDesc_t *values, th1TensorDesc_t *indices) {
+    if (!values) return code(sim_fail(SIM_E_INVALID_VALUE, "th1ReduceMinMax", "values descriptor is NULL"));
+    return code(minmax("th1ReduceMinMax", x, axis, keepDims, mode, values, indices));
+}
+
+TH1API th1Result_t th1ArgMinMax(const th1TensorDesc_t *x, int axis, int keepDims, int mode, th1TensorDesc_t *indices) {
+    return code(minmax("th1ArgMinMax", x, axis, keepDims, mode, NULL, indices));
+}
+
+TH1API th1Result_t th1TopK(const th1TensorDesc_t *x, int64_t k, int axis, int largest, th1TensorDesc_t *values,
+                           th1TensorDesc_t *indices) {
+    const char *fn = "th1TopK";
+    sim_view xv, vv, iv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(values, &vv, fn, "values", 0)) ||
+        (st = view_of(indices, &iv, fn, "indices", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = simk_check_dtype_in(fn, "x", &xv, ARITH, NELEM(ARITH))))
+        return code(st);
+    return code(simk_topk(fn, "topk", &xv, k, axis, largest, &vv, &iv));
+}
+
+TH1API th1Result_t th1CumSum(const th1TensorDesc_t *x, int axis, th1TensorDesc_t *y) {
+    const char *fn = "th1CumSum";
+    sim_view xv, yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)))
+        return code(st);
+    return code(simk_cumsum(fn, "cumsum", &xv, axis, &yv));
+}
+
+TH1API th1Result_t th1Clamp(const th1TensorDesc_t *x, const th1TensorDesc_t *lo, const th1TensorDesc_t *hi,
+                            th1TensorDesc_t *y) {
+    const char *fn = "th1Clamp";
+    sim_view xv, lv, hv, yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = view_of(lo, &lv, fn, "lo", 1)) || (st = view_of(hi, &hv, fn, "hi", 1)) ||
+        (st = simk_check_dtype_in(fn, "x", &xv, ARITH, NELEM(ARITH))))
+        return code(st);
+    return code(simk_clamp(fn, "clamp", &xv, &lv, &hv, &yv));
+}
+
+TH1API th1Result_t th1IsIn(const th1TensorDesc_t *x, const th1TensorDesc_t *set, int invert, th1TensorDesc_t *y) {
+    const char *fn = "th1IsIn";
+    sim_view xv, sv, yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = view_of(set, &sv, fn, "set", 0)))
+        return code(st);
+    return code(simk_isin(fn, "isin", &xv, &sv, invert, &yv));
+}
+
+/* ------------------------------------------------------------ indexing */
+
+TH1API th1Result_t th1Gather(const th1TensorDesc_t *x, int axis, const th1TensorDesc_t *index, th1TensorDesc_t *y) {
+    const char *fn = "th1Gather";
+    sim_view xv, iv, yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = view_of(index, &iv, fn, "index", 0)))
+        return code(st);
+    return code(simk_gather(fn, "gather", &xv, axis, &iv, &yv));
+}
+
+TH1API th1Result_t th1Scatter(const th1TensorDesc_t *x, int axis, const th1TensorDesc_t *index,
+                              const th1TensorDesc_t *src, int accumulate, th1TensorDesc_t *y) {
+    const char *fn = "th1Scatter";
+    sim_view xv, iv, sv, yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = view_of(index, &iv, fn, "index", 0)) || (st = view_of(src, &sv, fn, "src", 0)))
+        return code(st);
+    if (sv.dtype != yv.dtype)
+        return code(sim_fail(SIM_E_UNSUPPORTED, fn, "src is %s but y is %s (mixed types)", sim_dtype_name(sv.dtype),
+                             sim_dtype_name(yv.dtype)));
+    return code(simk_scatter(fn, accumulate ? "scatter_add" : "scatter", &xv, axis, &iv, &sv, accumulate != 0, &yv));
+}
+
+TH1API th1Result_t th1IndexSelect(const th1TensorDesc_t *x, int axis, const th1TensorDesc_t *index,
+                                  th1TensorDesc_t *y) {
+    const char *fn = "th1IndexSelect";
+    sim_view xv, iv, yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = view_of(index, &iv, fn, "index", 0)))
+        return code(st);
+    return code(simk_index_select(fn, "index_select", &xv, axis, &iv, &yv));
+}
+
+TH1API th1Result_t th1IndexAdd(const th1TensorDesc_t *x, int axis, const th1TensorDesc_t *index,
+                               const th1TensorDesc_t *src, double alpha, th1TensorDesc_t *y) {
+    const char *fn = "th1IndexAdd";
+    sim_view xv, iv, sv, yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = view_of(index, &iv, fn, "index", 0)) || (st = view_of(src, &sv, fn, "src", 0)))
+        return code(st);
+    return code(simk_index_add(fn, "index_add", &xv, axis, &iv, &sv, alpha, &yv));
+}
+
+static sim_status idx_views(const char *fn, const th1TensorDesc_t *const *idx, int numIdx, sim_view **out) {
+    *out = NULL;
+    if (!idx || numIdx < 1 || numIdx > TH1_MAX_DIMS)
+        return sim_fail(SIM_E_INVALID_VALUE, fn, "idx: %d descriptors (1..%d)", numIdx, TH1_MAX_DIMS);
+    sim_view *v = malloc((size_t)numIdx * sizeof *v);
+    if (!v) abort();
+    for (int i = 0; i < numIdx; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "idx[%d]", i);
+        sim_status st = view_of(idx[i], &v[i], fn, what, 0);
+        if (st) {
+            free(v);
+            return st;
+        }
+    }
+    *out = v;
+    return SIM_OK;
+}
+
+TH1API th1Result_t th1Index(const th1TensorDesc_t *x, const th1TensorDesc_t *const *idx, int numIdx,
+                            th1TensorDesc_t *y) {
+    const char *fn = "th1Index";
+    sim_view xv, yv, *iv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = idx_views(fn, idx, numIdx, &iv)))
+        return code(st);
+    st = simk_index(fn, "index", &xv, iv, numIdx, &yv);
+    free(iv);
+    return code(st);
+}
+
+TH1API th1Result_t th1IndexPut(const th1TensorDesc_t *x, const th1TensorDesc_t *const *idx, int numIdx,
+                               const th1TensorDesc_t *values, int accumulate, th1TensorDesc_t *y) {
+    const char *fn = "th1IndexPut";
+    sim_view xv, vv, yv, *iv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = view_of(values, &vv, fn, "values", 0)) || (st = idx_views(fn, idx, numIdx, &iv)))
+        return code(st);
+    if (vv.dtype != yv.dtype) {
+        free(iv);
+        return code(sim_fail(SIM_E_UNSUPPORTED, fn, "values are %s but y is %s (mixed types)",
+                             sim_dtype_name(vv.dtype), sim_dtype_name(yv.dtype)));
+    }
+    st = simk_index_put(fn, "index_put", &xv, iv, numIdx, &vv, accumulate != 0, &yv);
+    free(iv);
+    return code(st);
+}
+
+/* ------------------------------------------------------------- shaping */
+
+TH1API th1Result_t th1Triangle(const th1TensorDesc_t *x, int64_t diagonal, int upper, th1TensorDesc_t *y) {
+    const char *fn = "th1Triangle";
+    sim_view xv, yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)))
+        return code(st);
+    return code(simk_triangle(fn, upper ? "triu" : "tril", &xv, diagonal, upper != 0, &yv));
+}
+
+TH1API th1Result_t th1Pad(const th1TensorDesc_t *x, const int64_t *pads, int numPads, double value,
+                          th1TensorDesc_t *y) {
+    const char *fn = "th1Pad";
+    sim_view xv, yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)))
+        return code(st);
+    return code(simk_constant_pad(fn, "pad", &xv, pads, numPads, value, &yv));
+}
+
+TH1API th1Result_t th1UpsampleNearest2d(const th1TensorDesc_t *x, double scaleH, double scaleW, th1TensorDesc_t *y) {
+    const char *fn = "th1UpsampleNearest2d";
+    sim_view xv, yv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(x, &xv, fn, "x", 0)) ||
+        (st = need_compute(fn, "x", &xv)))
+        return code(st);
+    return code(simk_upsample_nearest2d(fn, "upsample_nearest2d", &xv, scaleH, scaleW, &yv));
+}
+
+TH1API th1Result_t th1UpsampleNearest2dBackward(const th1TensorDesc_t *dy, double scaleH, double scaleW,
+                                                th1TensorDesc_t *dx) {
+    const char *fn = "th1UpsampleNearest2dBackward";
+    sim_view gv, xv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(dx, &xv, fn, "dx", 0)) || (st = view_of(dy, &gv, fn, "dy", 0)) ||
+        (st = need_compute(fn, "dy", &gv)))
+        return code(st);
+    return code(simk_upsample_nearest2d_backward(fn, "upsample_nearest2d_backward", &gv, scaleH, scaleW, &xv));
+}
+
+TH1API th1Result_t th1SliceBackward(const th1TensorDesc_t *dy, int axis, int64_t start, int64_t end, int64_t step,
+                                    th1TensorDesc_t *dx) {
+    const char *fn = "th1SliceBackward";
+    sim_view gv, xv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(dx, &xv, fn, "dx", 0)) || (st = view_of(dy, &gv, fn, "dy", 0)))
+        return code(st);
+    return code(simk_slice_backward(fn, "slice_backward", &gv, axis, start, end, step, &xv));
+}
+
+/* ----------------------------------------------------- mixed precision */
+
+TH1API th1Result_t th1AmpUpdateScale(const th1TensorDesc_t *scale, th1TensorDesc_t *growthTracker,
+                                     const th1TensorDesc_t *foundInf, double growthFactor, double backoffFactor,
+                                     int64_t growthInterval, th1TensorDesc_t *newScale) {
+    const char *fn = "th1AmpUpdateScale";
+    sim_view sv, gv, fv, nv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(newScale, &nv, fn, "newScale", 0)) ||
+        (st = view_of(scale, &sv, fn, "scale", 0)) || (st = view_of(growthTracker, &gv, fn, "growthTracker", 0)) ||
+        (st = view_of(foundInf, &fv, fn, "foundInf", 0)))
+        return code(st);
+    return code(simk_amp_update_scale(fn, "amp_update_scale", &sv, &gv, &fv, growthFactor, backoffFactor,
+                                      growthInterval, &nv));
+}
+
+TH1API th1Result_t th1AmpUnscale(th1TensorDesc_t *const *grads, int numGrads, th1TensorDesc_t *foundInf,
+                                 const th1TensorDesc_t *invScale) {
+    const char *fn = "th1AmpUnscale";
+    sim_view fv, iv, *gv = NULL;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(foundInf, &fv, fn, "foundInf", 0)) ||
+        (st = view_of(invScale, &iv, fn, "invScale", 0)))
+        return code(st);
+    if (!grads || numGrads < 0) return code(sim_fail(SIM_E_INVALID_VALUE, fn, "bad grads list"));
+    if (numGrads > 0) {
+        gv = malloc((size_t)numGrads * sizeof *gv);
+        if (!gv) abort();
+    }
+    for (int i = 0; i < numGrads && !st; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "grads[%d]", i);
+        st = view_of(grads[i], &gv[i], fn, what, 0);
+    }
+    if (!st) st = simk_amp_unscale(fn, "amp_unscale", gv, numGrads, &fv, &iv);
+    free(gv);
+    return code(st);
+}
+
+/* ---------------------------------------------------- fused optimizers */
+
+static sim_status list_views(const char *fn, const char *name, const th1TensorDesc_t *const *list, int n,
+                             sim_view **out) {
+    *out = NULL;
+    if (!list) return SIM_OK;
+    sim_view *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    if (!v) abort();
+    for (int i = 0; i < n; i++) {
+        char what[48];
+        snprintf(what, sizeof what, "%s[%d]", name, i);
+        sim_status st = view_of(list[i], &v[i], fn, what, 0);
+        if (st) {
+            free(v);
+            return st;
+        }
+    }
+    *out = v;
+    return SIM_OK;
+}
+
+TH1API th1Result_t th1FusedAdam(th1TensorDesc_t *const *params, th1TensorDesc_t *const *grads,
+                                th1TensorDesc_t *const *expAvgs, th1TensorDesc_t *const *expAvgSqs,
+                                th1TensorDesc_t *const *maxExpAvgSqs, const th1TensorDesc_t *const *steps,
+                                int numTensors, double lr, double beta1, double beta2, double weightDecay, double eps,
+                                int flags, const th1TensorDesc_t *gradScale, const th1TensorDesc_t *foundInf) {
+    const char *fn = "th1FusedAdam";
+    const int ams = (flags & TH1_ADAM_AMSGRAD) != 0;
+    sim_view *p = NULL, *g = NULL, *m = NULL, *s = NULL, *mx = NULL, *st = NULL, gsv, fiv;
+    sim_status rc;
+    if ((rc = sim_require_init(fn))) return code(rc);
+    if (numTensors < 0 || !params || !grads || !expAvgs || !expAvgSqs || !steps || (ams && !maxExpAvgSqs))
+        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "every list is required (maxExpAvgSqs with TH1_ADAM_AMSGRAD)"));
+    if (!(rc = view_of(gradScale, &gsv, fn, "gradScale", 1)) && !(rc = view_of(foundInf, &fiv, fn, "foundInf", 1)) &&
+        !(rc = list_views(fn, "params", (const th1TensorDesc_t *const *)params, numTensors, &p)) &&
+        !(rc = list_views(fn, "grads", (const th1TensorDesc_t *const *)grads, numTensors, &g)) &&
+        !(rc = list_views(fn, "expAvgs", (const th1TensorDesc_t *const *)expAvgs, numTensors, &m)) &&
+        !(rc = list_views(fn, "expAvgSqs", (const th1TensorDesc_t *const *)expAvgSqs, numTensors, &s)) &&
+        !(rc = list_views(fn, "maxExpAvgSqs", ams ? (const th1TensorDesc_t *const *)maxExpAvgSqs : NULL, numTensors,
+                          &mx)) &&
+        !(rc = list_views(fn, "steps", steps, numTensors, &st)))
+        rc = simk_fused_adam(fn, (flags & TH1_ADAM_DECOUPLED) ? "fused_adamw" : "fused_adam", p, g, m, s, mx, st,
+                             numTensors, lr, beta1, beta2, weightDecay, eps, ams, (flags & TH1_ADAM_MAXIMIZE) != 0,
+                             (flags & TH1_ADAM_DECOUPLED) != 0, &gsv, &fiv);
+    free(p), free(g), free(m), free(s), free(mx), free(st);
+    return code(rc);
+}
+
+TH1API th1Result_t th1FusedSgd(th1TensorDesc_t *const *params, th1TensorDesc_t *const *grads,
+                               th1TensorDesc_t *const *momentumBuffers, int numTensors, double weightDecay,
+                               double momentum, double lr, double dampening, int flags,
+                               const th1TensorDesc_t *gradScale, const th1TensorDesc_t *foundInf) {
+    const char *fn = "th1FusedSgd";
+    sim_view *p = NULL, *g = NULL, *b = NULL, gsv, fiv;
+    sim_status rc;
+    if ((rc = sim_require_init(fn))) return code(rc);
+    if (numTensors < 0 || !params || !grads)
+        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "params and grads are required"));
+    if (!(rc = view_of(gradScale, &gsv, fn, "gradScale", 1)) && !(rc = view_of(foundInf, &fiv, fn, "foundInf", 1)) &&
+        !(rc = list_views(fn, "params", (const th1TensorDesc_t *const *)params, numTensors, &p)) &&
+        !(rc = list_views(fn, "grads", (const th1TensorDesc_t *const *)grads, numTensors, &g)) &&
+        !(rc = list_views(fn, "momentumBuffers", (const th1TensorDesc_t *const *)momentumBuffers, numTensors, &b)))
+        rc = simk_fused_sgd(fn, "fused_sgd", p, g, b, numTensors, weightDecay, momentum, lr, dampening,
+                            (flags & TH1_SGD_NESTEROV) != 0, (flags & TH1_SGD_MAXIMIZE) != 0,
+                            (flags & TH1_SGD_FIRST_STEP) != 0, &gsv, &fiv);
+    free(p), free(g), free(b);
+    return code(rc);
+}
+
+/* -------------------------------------------------------- random numbers */
+
+TH1API th1Result_t th1RngWords(int64_t numElements, int wordsPerElement, unsigned long long *words) {
+    if (!words || numElements < 0 || wordsPerElement < 1 || wordsPerElement > 2)
+        return code(sim_fail(SIM_E_INVALID_VALUE, "th1RngWords", "bad arguments (numElements >= 0, 1 or 2 words)"));
+    *words = sim_rng_words(numElements, wordsPerElement);
+    return TH1_SUCCESS;
+}
+
+#define TH1_RNG_PROLOGUE(name)          \
+    const char *fn = "th1Rng" #name;    \
+    sim_view yv;                        \
+    sim_status st;                      \
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0))) return code(st)
+
+TH1API th1Result_t th1RngUniform(th1TensorDesc_t *y, double low, double high, unsigned long long seed,
+                                 unsigned long long offset) {
+    TH1_RNG_PROLOGUE(Uniform);
+    return code(sim_rng_uniform(fn, "uniform", &yv, low, high, seed, offset));
+}
+TH1API th1Result_t th1RngNormal(th1TensorDesc_t *y, double mean, double stddev, unsigned long long seed,
+                                unsigned long long offset) {
+    TH1_RNG_PROLOGUE(Normal);
+    return code(sim_rng_normal(fn, "normal", &yv, mean, stddev, seed, offset));
+}
+TH1API th1Result_t th1RngBernoulli(th1TensorDesc_t *y, double prob, unsigned long long seed,
+                                   unsigned long long offset) {
+    TH1_RNG_PROLOGUE(Bernoulli);
+    return code(sim_rng_bernoulli(fn, "bernoulli", &yv, prob, seed, offset));
+}
+TH1API th1Result_t th1RngRandom(th1TensorDesc_t *y, int64_t low, int64_t high, unsigned long long seed,
+                                unsigned long long offset) {
+    TH1_RNG_PROLOGUE(Random);
+    return code(sim_rng_random(fn, "random", &yv, low, high, seed, offset));
+}
+
+TH1API th1Result_t th1Dropout(const th1TensorDesc_t *x, double prob, int training, unsigned long long seed,
+                              unsigned long long offset, th1TensorDesc_t *y, th1TensorDesc_t *mask) {
+    const char *fn = "th1Dropout";
+    sim_view xv, yv, mv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(y, &yv, fn, "y", 0)) || (st = view_of(mask, &mv, fn, "mask", 0)) ||
+        (st = view_of(x, &xv, fn, "x", 0)) || (st = need_compute(fn, "x", &xv)))
+        return code(st);
+    return code(sim_rng_dropout(fn, "native_dropout", &xv, prob, training != 0, seed, offset, &yv, &mv));
 }
 
 /* ------------------------------------------------- profiling: device time */

@@ -134,7 +134,7 @@ TH1API th1Result_t th1ScalarPow(double base, const th1TensorDesc_t* x, th1Tensor
 TH1API th1Result_t th1Maximum(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
 TH1API th1Result_t th1Minimum(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
 
-/* ---- comparisons: a and b of one dtype (float32, bfloat16, int32, int64), c bool */
+/* ---- comparisons: a and b of one dtype (float32, bfloat16, int32, int64, bool), c bool */
 TH1API th1Result_t th1Equal(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
 TH1API th1Result_t th1NotEqual(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
 TH1API th1Result_t th1Less(const th1TensorDesc_t* a, const th1TensorDesc_t* b, th1TensorDesc_t* c);
@@ -199,7 +199,8 @@ TH1API th1Result_t th1Matmul(const th1TensorDesc_t* a, const th1TensorDesc_t* b,
 TH1API th1Result_t th1Addmm(const th1TensorDesc_t* bias, const th1TensorDesc_t* a,
                             const th1TensorDesc_t* b, float beta, float alpha, th1TensorDesc_t* c);
 
-/* ---- reductions over `axes` (numAxes 0: every axis); y keeps reduced axes as 1 if keepDims */
+/* ---- reductions over `axes` (numAxes 0: every axis); y keeps reduced axes as 1 if keepDims;
+ * th1ReduceSum also reads int8/uint8/int32/int64/bool into an int64 y */
 TH1API th1Result_t th1ReduceSum(const th1TensorDesc_t* x, const int64_t* axes, int numAxes, int keepDims,
                                 th1TensorDesc_t* y);
 TH1API th1Result_t th1ReduceMean(const th1TensorDesc_t* x, const int64_t* axes, int numAxes, int keepDims,
@@ -297,6 +298,140 @@ TH1API th1Result_t th1Arange(double start, double end, double step, th1TensorDes
 TH1API th1Result_t th1SelectBackward(const th1TensorDesc_t* dy, int axis, int64_t index, th1TensorDesc_t* dx);
 /* y = inputs concatenated along axis (1-D empty inputs are skipped); one dtype */
 TH1API th1Result_t th1Cat(const th1TensorDesc_t* const* inputs, int numInputs, int axis, th1TensorDesc_t* y);
+
+/* ---- comparisons with a host scalar: y = x <op> value, y bool, x of any TH1
+ * type.  PyTorch's promotion: a floating x compares in its own type (value
+ * rounded to it), an integer or bool x exactly against an integral value
+ * and in float32 against any other. */
+TH1API th1Result_t th1EqualScalar(const th1TensorDesc_t* x, double value, th1TensorDesc_t* y);
+TH1API th1Result_t th1NotEqualScalar(const th1TensorDesc_t* x, double value, th1TensorDesc_t* y);
+TH1API th1Result_t th1LessScalar(const th1TensorDesc_t* x, double value, th1TensorDesc_t* y);
+TH1API th1Result_t th1LessEqualScalar(const th1TensorDesc_t* x, double value, th1TensorDesc_t* y);
+TH1API th1Result_t th1GreaterScalar(const th1TensorDesc_t* x, double value, th1TensorDesc_t* y);
+TH1API th1Result_t th1GreaterEqualScalar(const th1TensorDesc_t* x, double value, th1TensorDesc_t* y);
+
+/* ---- logical: a, b of any TH1 types (nonzero, NaN too, is true), c bool */
+#define TH1_LOGICAL_AND 0
+#define TH1_LOGICAL_OR 1
+#define TH1_LOGICAL_XOR 2
+TH1API th1Result_t th1Logical(const th1TensorDesc_t* a, const th1TensorDesc_t* b, int op, th1TensorDesc_t* c);
+TH1API th1Result_t th1LogicalNot(const th1TensorDesc_t* x, th1TensorDesc_t* y);
+
+/* ---- reductions: any / all of any TH1 type into bool (uint8 for uint8) over
+ * axes (numAxes 0: every axis) or one axis; max / min along an axis with the
+ * first position of the extreme (NaN is the extreme), int64 indices;
+ * th1ReduceSum also reads int8/uint8/int32/int64/bool into an int64 y */
+#define TH1_REDUCE_ANY 0
+#define TH1_REDUCE_ALL 1
+TH1API th1Result_t th1ReduceLogical(const th1TensorDesc_t* x, const int64_t* axes, int numAxes, int keepDims,
+                                    int mode, th1TensorDesc_t* y);
+TH1API th1Result_t th1ReduceLogicalAxis(const th1TensorDesc_t* x, int axis, int keepDims, int mode,
+                                        th1TensorDesc_t* y);
+#define TH1_REDUCE_MAX 0
+#define TH1_REDUCE_MIN 1
+TH1API th1Result_t th1ReduceMinMax(const th1TensorDesc_t* x, int axis, int keepDims, int mode,
+                                   th1TensorDesc_t* values, th1TensorDesc_t* indices);
+TH1API th1Result_t th1ArgMinMax(const th1TensorDesc_t* x, int axis, int keepDims, int mode, th1TensorDesc_t* indices);
+/* the k largest (smallest) along axis, sorted, ties by position, NaN largest */
+TH1API th1Result_t th1TopK(const th1TensorDesc_t* x, int64_t k, int axis, int largest, th1TensorDesc_t* values,
+                           th1TensorDesc_t* indices);
+/* running sums along axis: float32/bfloat16 in their type, integers and bool into int64 */
+TH1API th1Result_t th1CumSum(const th1TensorDesc_t* x, int axis, th1TensorDesc_t* y);
+
+/* ---- y = min(max(x, lo), hi), lo / hi (expanded to y's shape) may be NULL,
+ * not both; float32, bfloat16, int32, int64; NaN anywhere gives NaN */
+TH1API th1Result_t th1Clamp(const th1TensorDesc_t* x, const th1TensorDesc_t* lo, const th1TensorDesc_t* hi,
+                            th1TensorDesc_t* y);
+/* y[i] = x[i] is among the elements of set (!= invert); y bool */
+TH1API th1Result_t th1IsIn(const th1TensorDesc_t* x, const th1TensorDesc_t* set, int invert, th1TensorDesc_t* y);
+
+/* ---- indexing: index tensors int64/int32, range-checked before anything is
+ * written (TH1_ERROR_DATA); data of any TH1 type */
+TH1API th1Result_t th1Gather(const th1TensorDesc_t* x, int axis, const th1TensorDesc_t* index, th1TensorDesc_t* y);
+/* y = x, then y[..index..] = src (a 0-D src: one value) or += src (accumulate) */
+TH1API th1Result_t th1Scatter(const th1TensorDesc_t* x, int axis, const th1TensorDesc_t* index,
+                              const th1TensorDesc_t* src, int accumulate, th1TensorDesc_t* y);
+TH1API th1Result_t th1IndexSelect(const th1TensorDesc_t* x, int axis, const th1TensorDesc_t* index,
+                                  th1TensorDesc_t* y);
+/* y = x, then y.select(axis, index[i]) += alpha * src.select(axis, i) */
+TH1API th1Result_t th1IndexAdd(const th1TensorDesc_t* x, int axis, const th1TensorDesc_t* index,
+                               const th1TensorDesc_t* src, double alpha, th1TensorDesc_t* y);
+/* x[idx[0], ..., idx[numIdx-1]] on the leading axes, broadcast together, negative from the end */
+TH1API th1Result_t th1Index(const th1TensorDesc_t* x, const th1TensorDesc_t* const* idx, int numIdx,
+                            th1TensorDesc_t* y);
+/* y = x, then y[idx] = values (broadcast), or += with accumulate */
+TH1API th1Result_t th1IndexPut(const th1TensorDesc_t* x, const th1TensorDesc_t* const* idx, int numIdx,
+                               const th1TensorDesc_t* values, int accumulate, th1TensorDesc_t* y);
+
+/* ---- shaping: any TH1 type */
+/* the lower (upper = 0) or upper triangle of the last two axes, from `diagonal` */
+TH1API th1Result_t th1Triangle(const th1TensorDesc_t* x, int64_t diagonal, int upper, th1TensorDesc_t* y);
+/* pads[2i], pads[2i+1] elements of `value` before / after axis nbDims-1-i (negative: cropped) */
+TH1API th1Result_t th1Pad(const th1TensorDesc_t* x, const int64_t* pads, int numPads, double value,
+                          th1TensorDesc_t* y);
+/* nearest upsampling of NCHW x to y's size; scaleH / scaleW > 0 as PyTorch's
+ * scale factors, 0 = from the sizes; and its gradient (float32, bfloat16) */
+TH1API th1Result_t th1UpsampleNearest2d(const th1TensorDesc_t* x, double scaleH, double scaleW, th1TensorDesc_t* y);
+TH1API th1Result_t th1UpsampleNearest2dBackward(const th1TensorDesc_t* dy, double scaleH, double scaleW,
+                                                th1TensorDesc_t* dx);
+/* dx = zeros with dy in dx[start:end:step] along axis */
+TH1API th1Result_t th1SliceBackward(const th1TensorDesc_t* dy, int axis, int64_t start, int64_t end, int64_t step,
+                                    th1TensorDesc_t* dx);
+
+/* ---- mixed precision: scale, foundInf, newScale one float32 element each
+ * (newScale may be scale), growthTracker one int32 */
+TH1API th1Result_t th1AmpUpdateScale(const th1TensorDesc_t* scale, th1TensorDesc_t* growthTracker,
+                                     const th1TensorDesc_t* foundInf, double growthFactor, double backoffFactor,
+                                     int64_t growthInterval, th1TensorDesc_t* newScale);
+/* grads[i] *= invScale (float32, bfloat16); foundInf = 1 if any element is inf or NaN */
+TH1API th1Result_t th1AmpUnscale(th1TensorDesc_t* const* grads, int numGrads, th1TensorDesc_t* foundInf,
+                                 const th1TensorDesc_t* invScale);
+
+/* ---- fused optimizers (PyTorch's _fused_adam_, _fused_adamw_, _fused_sgd_) over
+ * numTensors parameters, the lists written in place; maxExpAvgSqs only with
+ * TH1_ADAM_AMSGRAD, momentumBuffers only with a momentum (else NULL); steps
+ * one float32 element each (already incremented); gradScale, foundInf NULL
+ * or one float32 element (gradients divided and written back; foundInf == 1
+ * skips).  float32 and bfloat16. */
+#define TH1_ADAM_AMSGRAD 1
+#define TH1_ADAM_MAXIMIZE 2
+#define TH1_ADAM_DECOUPLED 4 /* AdamW */
+TH1API th1Result_t th1FusedAdam(th1TensorDesc_t* const* params, th1TensorDesc_t* const* grads,
+                                th1TensorDesc_t* const* expAvgs, th1TensorDesc_t* const* expAvgSqs,
+                                th1TensorDesc_t* const* maxExpAvgSqs, const th1TensorDesc_t* const* steps,
+                                int numTensors, double lr, double beta1, double beta2, double weightDecay, double eps,
+                                int flags, const th1TensorDesc_t* gradScale, const th1TensorDesc_t* foundInf);
+#define TH1_SGD_NESTEROV 1
+#define TH1_SGD_MAXIMIZE 2
+#define TH1_SGD_FIRST_STEP 4
+TH1API th1Result_t th1FusedSgd(th1TensorDesc_t* const* params, th1TensorDesc_t* const* grads,
+                               th1TensorDesc_t* const* momentumBuffers, int numTensors, double weightDecay,
+                               double momentum, double lr, double dampening, int flags,
+                               const th1TensorDesc_t* gradScale, const th1TensorDesc_t* foundInf);
+
+/* ---- random numbers: counter-based Philox4x32-10 (as PyTorch's CUDA generator).
+ * No state on the device: each call reads the words of the stream `seed` from
+ * word `offset` (a multiple of 4) and consumes th1RngWords(n, w) =
+ * 4 * ceil(w * n / 4) words for n elements, w = 1 (2 for th1RngRandom over a
+ * range wider than 2^32); the caller advances its offset by that.  Element i
+ * (row-major order) takes words offset + w*i ... */
+TH1API th1Result_t th1RngWords(int64_t numElements, int wordsPerElement, unsigned long long* words);
+/* y = uniform in [low, high) (float32, bfloat16) */
+TH1API th1Result_t th1RngUniform(th1TensorDesc_t* y, double low, double high, unsigned long long seed,
+                                 unsigned long long offset);
+/* y = mean + stddev * N(0, 1) (float32, bfloat16) */
+TH1API th1Result_t th1RngNormal(th1TensorDesc_t* y, double mean, double stddev, unsigned long long seed,
+                                unsigned long long offset);
+/* y = 1 with probability prob, else 0 (any TH1 type) */
+TH1API th1Result_t th1RngBernoulli(th1TensorDesc_t* y, double prob, unsigned long long seed,
+                                   unsigned long long offset);
+/* y = integers uniform in [low, high) */
+TH1API th1Result_t th1RngRandom(th1TensorDesc_t* y, int64_t low, int64_t high, unsigned long long seed,
+                                unsigned long long offset);
+/* y = x * mask / (1 - prob), mask (bool) true with probability 1 - prob;
+ * training 0: y = x, mask all true, no word read */
+TH1API th1Result_t th1Dropout(const th1TensorDesc_t* x, double prob, int training, unsigned long long seed,
+                              unsigned long long offset, th1TensorDesc_t* y, th1TensorDesc_t* mask);
 
 /* ---- profiling: device time of the calling thread's last kernel or copy (launch to
  * end of call), and of every kernel and copy since th1Init / th1ResetStats, in ns */

@@ -162,10 +162,10 @@ X1_API x1_status_t x1_get_kernel_counters(x1_kernel_counter_t *counters, int32_t
                                           int32_t *count) {
     if (!count || capacity < 0 || (capacity > 0 && !counters))
         return code(sim_fail(SIM_E_INVALID_VALUE, "x1_get_kernel_counters", "bad arguments"));
-    char names[96][SIM_KERNEL_NAME_LEN];
-    uint64_t counts[96];
-    int n = sim_kernel_counters(names, counts, 96);
-    for (int i = 0; i < n && i < capacity && i < 96; i++) {
+    char names[SIM_MAX_KERNELS][SIM_KERNEL_NAME_LEN];
+    uint64_t counts[SIM_MAX_KERNELS];
+    int n = sim_kernel_counters(names, counts, SIM_MAX_KERNELS);
+    for (int i = 0; i < n && i < capacity && i < SIM_MAX_KERNELS; i++) {
         memcpy(counters[i].name, names[i], X1_KERNEL_NAME_LEN);
         counters[i].launches = counts[i];
     }
@@ -179,6 +179,7 @@ X1_API x1_status_t x1_debug_set_faults(const char *spec) { return code(sim_set_f
 
 static const sim_dtype ARITH[] = {SIM_F32, SIM_F16, SIM_I32, SIM_I64};
 static const sim_dtype BITS[] = {SIM_BOOL, SIM_I8, SIM_U8, SIM_I32, SIM_I64};
+static const sim_dtype COMPARABLE[] = {SIM_F32, SIM_F16, SIM_I32, SIM_I64, SIM_BOOL};
 #define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* self op other -> out; `allowed` are the operand dtypes X1 computes for this op */
@@ -211,12 +212,12 @@ X1_BINARY(mul, SIMK_MUL, ARITH)
 X1_BINARY(div, SIMK_DIV, FLOATS)
 X1_BINARY(maximum, SIMK_MAXIMUM, ARITH)
 X1_BINARY(minimum, SIMK_MINIMUM, ARITH)
-X1_BINARY(eq, SIMK_EQ, ARITH)
-X1_BINARY(ne, SIMK_NE, ARITH)
-X1_BINARY(lt, SIMK_LT, ARITH)
-X1_BINARY(le, SIMK_LE, ARITH)
-X1_BINARY(gt, SIMK_GT, ARITH)
-X1_BINARY(ge, SIMK_GE, ARITH)
+X1_BINARY(eq, SIMK_EQ, COMPARABLE)
+X1_BINARY(ne, SIMK_NE, COMPARABLE)
+X1_BINARY(lt, SIMK_LT, COMPARABLE)
+X1_BINARY(le, SIMK_LE, COMPARABLE)
+X1_BINARY(gt, SIMK_GT, COMPARABLE)
+X1_BINARY(ge, SIMK_GE, COMPARABLE)
 X1_BINARY(bitwise_and, SIMK_BITAND, BITS)
 X1_BINARY(bitwise_or, SIMK_BITOR, BITS)
 X1_BINARY(bitwise_xor, SIMK_BITXOR, BITS)
@@ -747,7 +748,16 @@ static sim_status reduce(const char *fn, const char *kernel, int mean, const x1_
 
 X1_API x1_status_t x1_sum(const x1_tensor_t *self, const int64_t *dim, int64_t dim_len,
                           bool keepdim, x1_tensor_t *out) {
-    return code(reduce("x1_sum", "sum", 0, self, dim, dim_len, keepdim, out));
+    const char *fn = "x1_sum";
+    sim_view in, o;
+    uint32_t mask;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(self, &in, fn, "self", 0)))
+        return code(st);
+    if (simk_is_float(in.dtype)) return code(reduce(fn, "sum", 0, self, dim, dim_len, keepdim, out));
+    if ((st = simk_reduce_dims(fn, &in, dim, dim_len, keepdim, &o, &mask))) return code(st);
+    return code(simk_reduce_int(fn, "sum", &in, mask, &o));
 }
 X1_API x1_status_t x1_mean(const x1_tensor_t *self, const int64_t *dim, int64_t dim_len,
                            bool keepdim, x1_tensor_t *out) {
@@ -928,6 +938,476 @@ X1_API x1_status_t x1_cat(const x1_tensor_t *const *tensors, int32_t tensors_len
     if (!st) st = simk_cat(fn, "cat", views, tensors_len, dim, &o);
     free(views);
     return code(st);
+}
+
+/* ------------------------------------------------ comparisons with scalars */
+
+static sim_status compare_scalar(const char *fn, const char *kernel, simk_binop op, const x1_tensor_t *self,
+                                 double other, x1_tensor_t *out) {
+    sim_view a, o;
+    TRY(sim_require_init(fn));
+    TRY(view_of(out, &o, fn, "out", 0));
+    TRY(view_of(self, &a, fn, "self", 0));
+    return simk_compare_scalar(fn, kernel, op, &a, other, &o);
+}
+
+#define X1_COMPARE_SCALAR(name, op)                                                             \
+    X1_API x1_status_t x1_##name##_scalar(const x1_tensor_t *self, double other, x1_tensor_t *out) { \
+        return code(compare_scalar("x1_" #name "_scalar", #name "_scalar", op, self, other, out));   \
+    }
+X1_COMPARE_SCALAR(eq, SIMK_EQ)
+X1_COMPARE_SCALAR(ne, SIMK_NE)
+X1_COMPARE_SCALAR(lt, SIMK_LT)
+X1_COMPARE_SCALAR(le, SIMK_LE)
+X1_COMPARE_SCALAR(gt, SIMK_GT)
+X1_COMPARE_SCALAR(ge, SIMK_GE)
+
+static sim_status logical(const char *fn, const char *kernel, simk_logop op, const x1_tensor_t *self,
+                          const x1_tensor_t *other, x1_tensor_t *out) {
+    sim_view a, b, o;
+    TRY(sim_require_init(fn));
+    TRY(view_of(out, &o, fn, "out", 0));
+    TRY(view_of(self, &a, fn, "self", 0));
+    if (op != SIMK_LOGICAL_NOT) TRY(view_of(other, &b, fn, "other", 0));
+    return simk_logical(fn, kernel, op, &a, op == SIMK_LOGICAL_NOT ? NULL : &b, &o);
+}
+
+X1_API x1_status_t x1_logical_and(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out) {
+    return code(logical("x1_logical_and", "logical_and", SIMK_LOGICAL_AND, self, other, out));
+}
+X1_API x1_status_t x1_logical_or(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out) {
+    return code(logical("x1_logical_or", "logical_or", SIMK_LOGICAL_OR, self, other, out));
+}
+X1_API x1_status_t x1_logical_xor(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out) {
+    return code(logical("x1_logical_xor", "logical_xor", SIMK_LOGICAL_XOR, self, other, out));
+}
+X1_API x1_status_t x1_logical_not(const x1_tensor_t *self, x1_tensor_t *out) {
+    return code(logical("x1_logical_not", "logical_not", SIMK_LOGICAL_NOT, self, NULL, out));
+}
+
+/* ------------------------------------------------- reductions to bool, extremes */
+
+static sim_status any_all(const char *fn, const char *kernel, int all, const x1_tensor_t *self, const int64_t *dim,
+                          int64_t dim_len, bool keepdim, x1_tensor_t *out) {
+    sim_view in, o;
+    uint32_t mask;
+    TRY(sim_require_init(fn));
+    TRY(view_of(out, &o, fn, "out", 0));
+    TRY(view_of(self, &in, fn, "self", 0));
+    TRY(simk_reduce_dims(fn, &in, dim, dim_len, keepdim, &o, &mask));
+    return simk_any_all(fn, kernel, &in, mask, all, &o);
+}
+
+X1_API x1_status_t x1_any(const x1_tensor_t *self, const int64_t *dim, int64_t dim_len, bool keepdim,
+                          x1_tensor_t *out) {
+    return code(any_all("x1_any", "any", 0, self, dim, dim_len, keepdim, out));
+}
+X1_API x1_status_t x1_all(const x1_tensor_t *self, const int64_t *dim, int64_t dim_len, bool keepdim,
+                          x1_tensor_t *out) {
+    return code(any_all("x1_all", "all", 1, self, dim, dim_len, keepdim, out));
+}
+X1_API x1_status_t x1_any_dim(const x1_tensor_t *self, int64_t dim, bool keepdim, x1_tensor_t *out) {
+    return code(any_all("x1_any_dim", "any", 0, self, &dim, 1, keepdim, out));
+}
+X1_API x1_status_t x1_all_dim(const x1_tensor_t *self, int64_t dim, bool keepdim, x1_tensor_t *out) {
+    return code(any_all("x1_all_dim", "all", 1, self, &dim, 1, keepdim, out));
+}
+
+static sim_status minmax(const char *fn, const char *kernel, int is_min, const x1_tensor_t *self, int64_t dim,
+                         bool keepdim, x1_tensor_t *values, x1_tensor_t *indices) {
+    sim_view in, v, i;
+    TRY(sim_require_init(fn));
+    TRY(view_of(values, &v, fn, "values", 1));
+    TRY(view_of(indices, &i, fn, "indices", 0));
+    TRY(view_of(self, &in, fn, "self", 0));
+    TRY(simk_check_dtype_in(fn, "self", &in, ARITH, NELEM(ARITH)));
+    return simk_minmax_dim(fn, kernel, &in, dim, keepdim, is_min, &v, &i);
+}
+
+X1_API x1_status_t x1_max_dim(const x1_tensor_t *self, int64_t dim, bool keepdim, x1_tensor_t *values,
+                              x1_tensor_t *indices) {
+    if (!values) return code(sim_fail(SIM_E_INVALID_VALUE, "x1_max_dim", "values descriptor is NULL"));
+    return code(minmax("x1_max_dim", "max_dim", 0, self, dim, keepdim, values, indices));
+}
+X1_API x1_status_t x1_min_dim(const x1_tensor_t *self, int64_t dim, bool keepdim, x1_tensor_t *values,
+                              x1_tensor_t *indices) {
+    if (!values) return code(sim_fail(SIM_E_INVALID_VALUE, "x1_min_dim", "values descriptor is NULL"));
+    return code(minmax("x1_min_dim", "min_dim", 1, self, dim, keepdim, values, indices));
+}
+X1_API x1_status_t x1_argmax(const x1_tensor_t *self, int64_t dim, bool keepdim, x1_tensor_t *out) {
+    return code(minmax("x1_argmax", "argmax", 0, self, dim, keepdim, NULL, out));
+}
+X1_API x1_status_t x1_argmin(const x1_tensor_t *self, int64_t dim, bool keepdim, x1_tensor_t *out) {
+    return code(minmax("x1_argmin", "argmin", 1, self, dim, keepdim, NULL, out));
+}
+
+X1_API x1_status_t x1_topk(const x1_tensor_t *self, int64_t k, int64_t dim, bool largest, x1_tensor_t *values,
+                           x1_tensor_t *indices) {
+    const char *fn = "x1_topk";
+    sim_view in, v, i;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(values, &v, fn, "values", 0)) ||
+        (st = view_of(indices, &i, fn, "indices", 0)) || (st = view_of(self, &in, fn, "self", 0)) ||
+        (st = simk_check_dtype_in(fn, "self", &in, ARITH, NELEM(ARITH))))
+        return code(st);
+    return code(simk_topk(fn, "topk", &in, k, dim, largest, &v, &i));
+}
+
+X1_API x1_status_t x1_cumsum(const x1_tensor_t *self, int64_t dim, x1_tensor_t *out) {
+    const char *fn = "x1_cumsum";
+    sim_view in, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) || (st = view_of(self, &in, fn, "self", 0)))
+        return code(st);
+    return code(simk_cumsum(fn, "cumsum", &in, dim, &o));
+}
+
+X1_API x1_status_t x1_clamp(const x1_tensor_t *self, const x1_tensor_t *min, const x1_tensor_t *max,
+                            x1_tensor_t *out) {
+    const char *fn = "x1_clamp";
+    sim_view in, lo, hi, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(self, &in, fn, "self", 0)) || (st = view_of(min, &lo, fn, "min", 1)) ||
+        (st = view_of(max, &hi, fn, "max", 1)) || (st = simk_check_dtype_in(fn, "self", &in, ARITH, NELEM(ARITH))))
+        return code(st);
+    return code(simk_clamp(fn, "clamp", &in, &lo, &hi, &o));
+}
+
+X1_API x1_status_t x1_isin(const x1_tensor_t *elements, const x1_tensor_t *test_elements, bool invert,
+                           x1_tensor_t *out) {
+    const char *fn = "x1_isin";
+    sim_view e, t, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(elements, &e, fn, "elements", 0)) || (st = view_of(test_elements, &t, fn, "test_elements", 0)))
+        return code(st);
+    return code(simk_isin(fn, "isin", &e, &t, invert, &o));
+}
+
+/* ------------------------------------------------------------ indexing */
+
+X1_API x1_status_t x1_gather(const x1_tensor_t *self, int64_t dim, const x1_tensor_t *index, x1_tensor_t *out) {
+    const char *fn = "x1_gather";
+    sim_view in, ix, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(self, &in, fn, "self", 0)) || (st = view_of(index, &ix, fn, "index", 0)))
+        return code(st);
+    return code(simk_gather(fn, "gather", &in, dim, &ix, &o));
+}
+
+static sim_status scatter(const char *fn, const char *kernel, int add, const x1_tensor_t *self, int64_t dim,
+                          const x1_tensor_t *index, const x1_tensor_t *src, x1_tensor_t *out) {
+    sim_view in, ix, sv, o;
+    TRY(sim_require_init(fn));
+    TRY(view_of(out, &o, fn, "out", 0));
+    TRY(view_of(self, &in, fn, "self", 0));
+    TRY(view_of(index, &ix, fn, "index", 0));
+    TRY(view_of(src, &sv, fn, "src", 0));
+    if (sv.dtype != o.dtype)
+        return sim_fail(SIM_E_UNSUPPORTED, fn, "src is %s but the output is %s (mixed dtypes)",
+                        sim_dtype_name(sv.dtype), sim_dtype_name(o.dtype));
+    return simk_scatter(fn, kernel, &in, dim, &ix, &sv, add, &o);
+}
+
+X1_API x1_status_t x1_scatter(const x1_tensor_t *self, int64_t dim, const x1_tensor_t *index,
+                              const x1_tensor_t *src, x1_tensor_t *out) {
+    return code(scatter("x1_scatter", "scatter", 0, self, dim, index, src, out));
+}
+X1_API x1_status_t x1_scatter_add(const x1_tensor_t *self, int64_t dim, const x1_tensor_t *index,
+                                  const x1_tensor_t *src, x1_tensor_t *out) {
+    return code(scatter("x1_scatter_add", "scatter_add", 1, self, dim, index, src, out));
+}
+
+X1_API x1_status_t x1_index_select(const x1_tensor_t *self, int64_t dim, const x1_tensor_t *index,
+                                   x1_tensor_t *out) {
+    const char *fn = "x1_index_select";
+    sim_view in, ix, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(self, &in, fn, "self", 0)) || (st = view_of(index, &ix, fn, "index", 0)))
+        return code(st);
+    return code(simk_index_select(fn, "index_select", &in, dim, &ix, &o));
+}
+
+X1_API x1_status_t x1_index_add(const x1_tensor_t *self, int64_t dim, const x1_tensor_t *index,
+                                const x1_tensor_t *source, double alpha, x1_tensor_t *out) {
+    const char *fn = "x1_index_add";
+    sim_view in, ix, sv, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(self, &in, fn, "self", 0)) || (st = view_of(index, &ix, fn, "index", 0)) ||
+        (st = view_of(source, &sv, fn, "source", 0)))
+        return code(st);
+    return code(simk_index_add(fn, "index_add", &in, dim, &ix, &sv, alpha, &o));
+}
+
+/* the views of a descriptor list (*views to free) */
+static sim_status view_list(const char *fn, const char *name, const x1_tensor_t *const *list, int32_t n,
+                            sim_view **views) {
+    *views = NULL;
+    if (!list || n < 1 || n > X1_MAX_DIMS)
+        return sim_fail(SIM_E_INVALID_VALUE, fn, "%s: %d descriptors (1..%d)", name, (int)n, X1_MAX_DIMS);
+    sim_view *v = malloc((size_t)n * sizeof *v);
+    if (!v) abort();
+    for (int32_t i = 0; i < n; i++) {
+        char what[40];
+        snprintf(what, sizeof what, "%s[%d]", name, (int)i);
+        sim_status st = view_of(list[i], &v[i], fn, what, 0);
+        if (st) {
+            free(v);
+            return st;
+        }
+    }
+    *views = v;
+    return SIM_OK;
+}
+
+X1_API x1_status_t x1_index(const x1_tensor_t *self, const x1_tensor_t *const *indices, int32_t indices_len,
+                            x1_tensor_t *out) {
+    const char *fn = "x1_index";
+    sim_view in, o, *iv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(self, &in, fn, "self", 0)) || (st = view_list(fn, "indices", indices, indices_len, &iv)))
+        return code(st);
+    st = simk_index(fn, "index", &in, iv, indices_len, &o);
+    free(iv);
+    return code(st);
+}
+
+X1_API x1_status_t x1_index_put(const x1_tensor_t *self, const x1_tensor_t *const *indices, int32_t indices_len,
+                                const x1_tensor_t *values, bool accumulate, x1_tensor_t *out) {
+    const char *fn = "x1_index_put";
+    sim_view in, v, o, *iv;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(self, &in, fn, "self", 0)) || (st = view_of(values, &v, fn, "values", 0)) ||
+        (st = view_list(fn, "indices", indices, indices_len, &iv)))
+        return code(st);
+    if (v.dtype != o.dtype) {
+        free(iv);
+        return code(sim_fail(SIM_E_UNSUPPORTED, fn, "values are %s but the output is %s (mixed dtypes)",
+                             sim_dtype_name(v.dtype), sim_dtype_name(o.dtype)));
+    }
+    st = simk_index_put(fn, "index_put", &in, iv, indices_len, &v, accumulate, &o);
+    free(iv);
+    return code(st);
+}
+
+/* ------------------------------------------------------------- shaping */
+
+static sim_status triangle(const char *fn, const char *kernel, int upper, const x1_tensor_t *self, int64_t diagonal,
+                           x1_tensor_t *out) {
+    sim_view in, o;
+    TRY(sim_require_init(fn));
+    TRY(view_of(out, &o, fn, "out", 0));
+    TRY(view_of(self, &in, fn, "self", 0));
+    return simk_triangle(fn, kernel, &in, diagonal, upper, &o);
+}
+
+X1_API x1_status_t x1_tril(const x1_tensor_t *self, int64_t diagonal, x1_tensor_t *out) {
+    return code(triangle("x1_tril", "tril", 0, self, diagonal, out));
+}
+X1_API x1_status_t x1_triu(const x1_tensor_t *self, int64_t diagonal, x1_tensor_t *out) {
+    return code(triangle("x1_triu", "triu", 1, self, diagonal, out));
+}
+
+X1_API x1_status_t x1_constant_pad_nd(const x1_tensor_t *self, const int64_t *pad, int64_t pad_len, double value,
+                                      x1_tensor_t *out) {
+    const char *fn = "x1_constant_pad_nd";
+    sim_view in, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) || (st = view_of(self, &in, fn, "self", 0)))
+        return code(st);
+    return code(simk_constant_pad(fn, "constant_pad_nd", &in, pad, pad_len, value, &o));
+}
+
+X1_API x1_status_t x1_upsample_nearest2d(const x1_tensor_t *self, double scales_h, double scales_w,
+                                         x1_tensor_t *out) {
+    const char *fn = "x1_upsample_nearest2d";
+    sim_view in, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(self, &in, fn, "self", 0)) || (st = need_float(fn, "self", &in)))
+        return code(st);
+    return code(simk_upsample_nearest2d(fn, "upsample_nearest2d", &in, scales_h, scales_w, &o));
+}
+
+X1_API x1_status_t x1_upsample_nearest2d_backward(const x1_tensor_t *grad_output, double scales_h, double scales_w,
+                                                  x1_tensor_t *out) {
+    const char *fn = "x1_upsample_nearest2d_backward";
+    sim_view g, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(grad_output, &g, fn, "grad_output", 0)) || (st = need_float(fn, "grad_output", &g)))
+        return code(st);
+    return code(simk_upsample_nearest2d_backward(fn, "upsample_nearest2d_backward", &g, scales_h, scales_w, &o));
+}
+
+X1_API x1_status_t x1_slice_backward(const x1_tensor_t *grad_output, int64_t dim, int64_t start, int64_t end,
+                                     int64_t step, x1_tensor_t *out) {
+    const char *fn = "x1_slice_backward";
+    sim_view g, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(grad_output, &g, fn, "grad_output", 0)))
+        return code(st);
+    return code(simk_slice_backward(fn, "slice_backward", &g, dim, start, end, step, &o));
+}
+
+/* ----------------------------------------------------- mixed precision */
+
+X1_API x1_status_t x1_amp_update_scale(const x1_tensor_t *self, x1_tensor_t *growth_tracker,
+                                       const x1_tensor_t *found_inf, double scale_growth_factor,
+                                       double scale_backoff_factor, int64_t growth_interval, x1_tensor_t *out) {
+    const char *fn = "x1_amp_update_scale";
+    sim_view sc, gt, fi, o;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(out, &o, fn, "out", 0)) ||
+        (st = view_of(self, &sc, fn, "self", 0)) || (st = view_of(growth_tracker, &gt, fn, "growth_tracker", 0)) ||
+        (st = view_of(found_inf, &fi, fn, "found_inf", 0)))
+        return code(st);
+    return code(simk_amp_update_scale(fn, "amp_update_scale", &sc, &gt, &fi, scale_growth_factor,
+                                      scale_backoff_factor, growth_interval, &o));
+}
+
+X1_API x1_status_t x1_amp_unscale(x1_tensor_t *const *grads, int32_t grads_len, x1_tensor_t *found_inf,
+                                  const x1_tensor_t *inv_scale) {
+    const char *fn = "x1_amp_unscale";
+    sim_view fi, inv, *gv = NULL;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(found_inf, &fi, fn, "found_inf", 0)) ||
+        (st = view_of(inv_scale, &inv, fn, "inv_scale", 0)))
+        return code(st);
+    if (!grads || grads_len < 0) return code(sim_fail(SIM_E_INVALID_VALUE, fn, "bad grads list"));
+    if (grads_len > 0) {
+        gv = malloc((size_t)grads_len * sizeof *gv);
+        if (!gv) abort();
+    }
+    for (int32_t i = 0; i < grads_len && !st; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "grads[%d]", (int)i);
+        st = view_of(grads[i], &gv[i], fn, what, 0);
+    }
+    if (!st) st = simk_amp_unscale(fn, "amp_unscale", gv, grads_len, &fi, &inv);
+    free(gv);
+    return code(st);
+}
+
+/* ---------------------------------------------------- fused optimizers */
+
+/* n views of a descriptor list (NULL list: *out NULL); *out to free */
+static sim_status list_views(const char *fn, const char *name, const x1_tensor_t *const *list, int32_t n,
+                             sim_view **out) {
+    *out = NULL;
+    if (!list) return SIM_OK;
+    sim_view *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    if (!v) abort();
+    for (int32_t i = 0; i < n; i++) {
+        char what[48];
+        snprintf(what, sizeof what, "%s[%d]", name, (int)i);
+        sim_status st = view_of(list[i], &v[i], fn, what, 0);
+        if (st) {
+            free(v);
+            return st;
+        }
+    }
+    *out = v;
+    return SIM_OK;
+}
+
+X1_API x1_status_t x1_fused_adam(x1_tensor_t *const *params, x1_tensor_t *const *grads, x1_tensor_t *const *exp_avgs,
+                                 x1_tensor_t *const *exp_avg_sqs, x1_tensor_t *const *max_exp_avg_sqs,
+                                 const x1_tensor_t *const *state_steps, int32_t params_len, double lr, double beta1,
+                                 double beta2, double weight_decay, double eps, bool amsgrad, bool maximize,
+                                 bool decoupled_weight_decay, const x1_tensor_t *grad_scale,
+                                 const x1_tensor_t *found_inf) {
+    const char *fn = "x1_fused_adam";
+    sim_view *p = NULL, *g = NULL, *m = NULL, *s = NULL, *mx = NULL, *st = NULL, gsv, fiv;
+    sim_status rc;
+    if ((rc = sim_require_init(fn))) return code(rc);
+    if (params_len < 0 || !params || !grads || !exp_avgs || !exp_avg_sqs || !state_steps ||
+        (amsgrad && !max_exp_avg_sqs))
+        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "every list is required (max_exp_avg_sqs with amsgrad)"));
+    if (!(rc = view_of(grad_scale, &gsv, fn, "grad_scale", 1)) && !(rc = view_of(found_inf, &fiv, fn, "found_inf", 1)) &&
+        !(rc = list_views(fn, "params", (const x1_tensor_t *const *)params, params_len, &p)) &&
+        !(rc = list_views(fn, "grads", (const x1_tensor_t *const *)grads, params_len, &g)) &&
+        !(rc = list_views(fn, "exp_avgs", (const x1_tensor_t *const *)exp_avgs, params_len, &m)) &&
+        !(rc = list_views(fn, "exp_avg_sqs", (const x1_tensor_t *const *)exp_avg_sqs, params_len, &s)) &&
+        !(rc = list_views(fn, "max_exp_avg_sqs", amsgrad ? (const x1_tensor_t *const *)max_exp_avg_sqs : NULL,
+                          params_len, &mx)) &&
+        !(rc = list_views(fn, "state_steps", state_steps, params_len, &st)))
+        rc = simk_fused_adam(fn, decoupled_weight_decay ? "fused_adamw" : "fused_adam", p, g, m, s, mx, st,
+                             params_len, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize,
+                             decoupled_weight_decay, &gsv, &fiv);
+    free(p), free(g), free(m), free(s), free(mx), free(st);
+    return code(rc);
+}
+
+X1_API x1_status_t x1_fused_sgd(x1_tensor_t *const *params, x1_tensor_t *const *grads,
+                                x1_tensor_t *const *momentum_buffers, int32_t params_len, double weight_decay,
+                                double momentum, double lr, double dampening, bool nesterov, bool maximize,
+                                bool is_first_step, const x1_tensor_t *grad_scale, const x1_tensor_t *found_inf) {
+    const char *fn = "x1_fused_sgd";
+    sim_view *p = NULL, *g = NULL, *b = NULL, gsv, fiv;
+    sim_status rc;
+    if ((rc = sim_require_init(fn))) return code(rc);
+    if (params_len < 0 || !params || !grads)
+        return code(sim_fail(SIM_E_INVALID_VALUE, fn, "params and grads are required"));
+    if (!(rc = view_of(grad_scale, &gsv, fn, "grad_scale", 1)) && !(rc = view_of(found_inf, &fiv, fn, "found_inf", 1)) &&
+        !(rc = list_views(fn, "params", (const x1_tensor_t *const *)params, params_len, &p)) &&
+        !(rc = list_views(fn, "grads", (const x1_tensor_t *const *)grads, params_len, &g)) &&
+        !(rc = list_views(fn, "momentum_buffers", (const x1_tensor_t *const *)momentum_buffers, params_len, &b)))
+        rc = simk_fused_sgd(fn, "fused_sgd", p, g, b, params_len, weight_decay, momentum, lr, dampening, nesterov,
+                            maximize, is_first_step, &gsv, &fiv);
+    free(p), free(g), free(b);
+    return code(rc);
+}
+
+/* -------------------------------------------------------- random numbers */
+
+X1_API x1_status_t x1_rng_words(int64_t numel, int32_t words_per_element, uint64_t *words) {
+    if (!words || numel < 0 || words_per_element < 1 || words_per_element > 2)
+        return code(sim_fail(SIM_E_INVALID_VALUE, "x1_rng_words", "bad arguments (numel >= 0, 1 or 2 words)"));
+    *words = sim_rng_words(numel, words_per_element);
+    return X1_SUCCESS;
+}
+
+#define X1_RNG_PROLOGUE(name)               \
+    const char *fn = "x1_" #name;           \
+    sim_view o;                             \
+    sim_status st;                          \
+    if ((st = sim_require_init(fn)) || (st = view_of(self, &o, fn, "self", 0))) return code(st)
+
+X1_API x1_status_t x1_uniform(x1_tensor_t *self, double from, double to, uint64_t seed, uint64_t offset) {
+    X1_RNG_PROLOGUE(uniform);
+    return code(sim_rng_uniform(fn, "uniform", &o, from, to, seed, offset));
+}
+X1_API x1_status_t x1_normal(x1_tensor_t *self, double mean, double std, uint64_t seed, uint64_t offset) {
+    X1_RNG_PROLOGUE(normal);
+    return code(sim_rng_normal(fn, "normal", &o, mean, std, seed, offset));
+}
+X1_API x1_status_t x1_bernoulli(x1_tensor_t *self, double p, uint64_t seed, uint64_t offset) {
+    X1_RNG_PROLOGUE(bernoulli);
+    return code(sim_rng_bernoulli(fn, "bernoulli", &o, p, seed, offset));
+}
+X1_API x1_status_t x1_random(x1_tensor_t *self, int64_t from, int64_t to, uint64_t seed, uint64_t offset) {
+    X1_RNG_PROLOGUE(random);
+    return code(sim_rng_random(fn, "random", &o, from, to, seed, offset));
+}
+
+X1_API x1_status_t x1_native_dropout(const x1_tensor_t *input, double p, bool train, uint64_t seed,
+                                     uint64_t offset, x1_tensor_t *output, x1_tensor_t *mask) {
+    const char *fn = "x1_native_dropout";
+    sim_view in, o, m;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(output, &o, fn, "output", 0)) ||
+        (st = view_of(mask, &m, fn, "mask", 0)) || (st = view_of(input, &in, fn, "input", 0)) ||
+        (st = need_float(fn, "input", &in)))
+        return code(st);
+    return code(sim_rng_dropout(fn, "native_dropout", &in, p, train, seed, offset, &o, &m));
 }
 
 /* --------------------------------------------------------- softmax family */

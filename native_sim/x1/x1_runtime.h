@@ -163,7 +163,7 @@ X1_API x1_status_t x1_addcdiv(const x1_tensor_t *self, const x1_tensor_t *tensor
 X1_API x1_status_t x1_lerp(const x1_tensor_t *self, const x1_tensor_t *end, double weight,
                            x1_tensor_t *out);
 
-/* ---- comparisons: self and other of one dtype (float32, float16, int32, int64), out bool */
+/* ---- comparisons: self and other of one dtype (float32, float16, int32, int64, bool), out bool */
 X1_API x1_status_t x1_eq(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
 X1_API x1_status_t x1_ne(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
 X1_API x1_status_t x1_lt(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
@@ -256,7 +256,8 @@ X1_API x1_status_t x1_layer_norm(const x1_tensor_t *input, const int64_t *normal
                                  int64_t normalized_shape_len, const x1_tensor_t *weight,
                                  const x1_tensor_t *bias, double eps, x1_tensor_t *out,
                                  x1_tensor_t *mean, x1_tensor_t *rstd);
-/* dim_len 0 reduces every dim */
+/* dim_len 0 reduces every dim; x1_sum also takes int8, uint8, int32, int64
+ * and bool into an int64 out */
 X1_API x1_status_t x1_sum(const x1_tensor_t *self, const int64_t *dim, int64_t dim_len,
                           bool keepdim, x1_tensor_t *out);
 X1_API x1_status_t x1_mean(const x1_tensor_t *self, const int64_t *dim, int64_t dim_len,
@@ -305,6 +306,143 @@ X1_API x1_status_t x1_select_backward(const x1_tensor_t *grad_output, int64_t di
 /* out = tensors concatenated along dim (1-D empty tensors are skipped); one dtype */
 X1_API x1_status_t x1_cat(const x1_tensor_t *const *tensors, int32_t tensors_len, int64_t dim,
                           x1_tensor_t *out);
+
+/* ---- comparisons with a host scalar: self of any x1 dtype, out bool.  PyTorch's
+ * promotion: a floating self compares in its own dtype (the scalar rounded to
+ * it), an integer or bool self exactly against an integral scalar and in
+ * float32 against any other. */
+X1_API x1_status_t x1_eq_scalar(const x1_tensor_t *self, double other, x1_tensor_t *out);
+X1_API x1_status_t x1_ne_scalar(const x1_tensor_t *self, double other, x1_tensor_t *out);
+X1_API x1_status_t x1_lt_scalar(const x1_tensor_t *self, double other, x1_tensor_t *out);
+X1_API x1_status_t x1_le_scalar(const x1_tensor_t *self, double other, x1_tensor_t *out);
+X1_API x1_status_t x1_gt_scalar(const x1_tensor_t *self, double other, x1_tensor_t *out);
+X1_API x1_status_t x1_ge_scalar(const x1_tensor_t *self, double other, x1_tensor_t *out);
+
+/* ---- logical: self and other of any x1 dtypes (nonzero, NaN too, is true), out bool */
+X1_API x1_status_t x1_logical_and(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
+X1_API x1_status_t x1_logical_or(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
+X1_API x1_status_t x1_logical_xor(const x1_tensor_t *self, const x1_tensor_t *other, x1_tensor_t *out);
+X1_API x1_status_t x1_logical_not(const x1_tensor_t *self, x1_tensor_t *out);
+
+/* ---- reductions: any/all of any x1 dtype into bool (uint8 for uint8), over
+ * dim (dim_len 0: every dim) or one dim; max/min along a dim with the first
+ * position of the extreme (NaN is the extreme), int64 indices;
+ * x1_sum of int8/uint8/int32/int64/bool into int64 (wrapping) */
+X1_API x1_status_t x1_any(const x1_tensor_t *self, const int64_t *dim, int64_t dim_len, bool keepdim,
+                          x1_tensor_t *out);
+X1_API x1_status_t x1_all(const x1_tensor_t *self, const int64_t *dim, int64_t dim_len, bool keepdim,
+                          x1_tensor_t *out);
+X1_API x1_status_t x1_any_dim(const x1_tensor_t *self, int64_t dim, bool keepdim, x1_tensor_t *out);
+X1_API x1_status_t x1_all_dim(const x1_tensor_t *self, int64_t dim, bool keepdim, x1_tensor_t *out);
+X1_API x1_status_t x1_max_dim(const x1_tensor_t *self, int64_t dim, bool keepdim, x1_tensor_t *values,
+                              x1_tensor_t *indices);
+X1_API x1_status_t x1_min_dim(const x1_tensor_t *self, int64_t dim, bool keepdim, x1_tensor_t *values,
+                              x1_tensor_t *indices);
+X1_API x1_status_t x1_argmax(const x1_tensor_t *self, int64_t dim, bool keepdim, x1_tensor_t *out);
+X1_API x1_status_t x1_argmin(const x1_tensor_t *self, int64_t dim, bool keepdim, x1_tensor_t *out);
+/* the k largest (smallest) along dim, sorted, ties by position, NaN largest; int64 indices */
+X1_API x1_status_t x1_topk(const x1_tensor_t *self, int64_t k, int64_t dim, bool largest, x1_tensor_t *values,
+                           x1_tensor_t *indices);
+/* running sums along dim: float32/float16 in their dtype, integers and bool into int64 */
+X1_API x1_status_t x1_cumsum(const x1_tensor_t *self, int64_t dim, x1_tensor_t *out);
+
+/* ---- pointwise with optional bounds: out = min(max(self, min), max); min and
+ * max (expanded to out's shape) may be NULL, not both; float32, float16,
+ * int32, int64; NaN in any operand gives NaN */
+X1_API x1_status_t x1_clamp(const x1_tensor_t *self, const x1_tensor_t *min, const x1_tensor_t *max,
+                            x1_tensor_t *out);
+/* out[i] = elements[i] is among test_elements (!= invert); out bool */
+X1_API x1_status_t x1_isin(const x1_tensor_t *elements, const x1_tensor_t *test_elements, bool invert,
+                           x1_tensor_t *out);
+
+/* ---- indexing: index tensors int64 or int32, range-checked before anything
+ * is written (X1_ERR_DATA); data of any x1 dtype */
+X1_API x1_status_t x1_gather(const x1_tensor_t *self, int64_t dim, const x1_tensor_t *index, x1_tensor_t *out);
+/* out = self, then out[..index..] = src (a 0-d src: one value) or += src */
+X1_API x1_status_t x1_scatter(const x1_tensor_t *self, int64_t dim, const x1_tensor_t *index,
+                              const x1_tensor_t *src, x1_tensor_t *out);
+X1_API x1_status_t x1_scatter_add(const x1_tensor_t *self, int64_t dim, const x1_tensor_t *index,
+                                  const x1_tensor_t *src, x1_tensor_t *out);
+X1_API x1_status_t x1_index_select(const x1_tensor_t *self, int64_t dim, const x1_tensor_t *index,
+                                   x1_tensor_t *out);
+/* out = self, then out.select(dim, index[i]) += alpha * source.select(dim, i) */
+X1_API x1_status_t x1_index_add(const x1_tensor_t *self, int64_t dim, const x1_tensor_t *index,
+                                const x1_tensor_t *source, double alpha, x1_tensor_t *out);
+/* self[indices[0], ..., indices[n-1]]: index tensors on the leading dims,
+ * broadcast together, negative values from the end */
+X1_API x1_status_t x1_index(const x1_tensor_t *self, const x1_tensor_t *const *indices, int32_t indices_len,
+                            x1_tensor_t *out);
+/* out = self, then out[indices] = values (broadcast), or += with accumulate */
+X1_API x1_status_t x1_index_put(const x1_tensor_t *self, const x1_tensor_t *const *indices, int32_t indices_len,
+                                const x1_tensor_t *values, bool accumulate, x1_tensor_t *out);
+
+/* ---- shaping: any x1 dtype */
+/* the lower (tril) or upper (triu) triangle of the last two dims, from `diagonal` */
+X1_API x1_status_t x1_tril(const x1_tensor_t *self, int64_t diagonal, x1_tensor_t *out);
+X1_API x1_status_t x1_triu(const x1_tensor_t *self, int64_t diagonal, x1_tensor_t *out);
+/* pad[2i], pad[2i+1] elements of `value` before / after dim ndim-1-i (negative: cropped) */
+X1_API x1_status_t x1_constant_pad_nd(const x1_tensor_t *self, const int64_t *pad, int64_t pad_len, double value,
+                                      x1_tensor_t *out);
+/* nearest upsampling of [N, C, H, W] to out's size; scales_h / scales_w > 0 as
+ * PyTorch's scale factors, 0 = from the sizes; and its gradient (float32, float16) */
+X1_API x1_status_t x1_upsample_nearest2d(const x1_tensor_t *self, double scales_h, double scales_w,
+                                         x1_tensor_t *out);
+X1_API x1_status_t x1_upsample_nearest2d_backward(const x1_tensor_t *grad_output, double scales_h, double scales_w,
+                                                  x1_tensor_t *out);
+/* out = zeros with grad_output in out[start:end:step] along dim (slice's gradient) */
+X1_API x1_status_t x1_slice_backward(const x1_tensor_t *grad_output, int64_t dim, int64_t start, int64_t end,
+                                     int64_t step, x1_tensor_t *out);
+
+/* ---- mixed precision (GradScaler): self (the scale) and found_inf float32
+ * with one element, growth_tracker int32 with one element; out is self */
+X1_API x1_status_t x1_amp_update_scale(const x1_tensor_t *self, x1_tensor_t *growth_tracker,
+                                       const x1_tensor_t *found_inf, double scale_growth_factor,
+                                       double scale_backoff_factor, int64_t growth_interval, x1_tensor_t *out);
+/* every grads[i] *= inv_scale (float32, float16); found_inf (float32, one
+ * element) set to 1 if any element of any of them is inf or NaN */
+X1_API x1_status_t x1_amp_unscale(x1_tensor_t *const *grads, int32_t grads_len, x1_tensor_t *found_inf,
+                                  const x1_tensor_t *inv_scale);
+
+/* ---- fused optimizers: PyTorch's _fused_adam_ / _fused_adamw_
+ * (decoupled_weight_decay) and _fused_sgd_ over params_len parameters, every
+ * list written in place; max_exp_avg_sqs NULL without amsgrad,
+ * momentum_buffers NULL without momentum; state_steps one float32 element
+ * each (already incremented); grad_scale and found_inf NULL or one float32
+ * element (the gradients are divided by grad_scale and written back;
+ * found_inf == 1 skips the step).  float32 and float16 tensors. */
+X1_API x1_status_t x1_fused_adam(x1_tensor_t *const *params, x1_tensor_t *const *grads, x1_tensor_t *const *exp_avgs,
+                                 x1_tensor_t *const *exp_avg_sqs, x1_tensor_t *const *max_exp_avg_sqs,
+                                 const x1_tensor_t *const *state_steps, int32_t params_len, double lr, double beta1,
+                                 double beta2, double weight_decay, double eps, bool amsgrad, bool maximize,
+                                 bool decoupled_weight_decay, const x1_tensor_t *grad_scale,
+                                 const x1_tensor_t *found_inf);
+X1_API x1_status_t x1_fused_sgd(x1_tensor_t *const *params, x1_tensor_t *const *grads,
+                                x1_tensor_t *const *momentum_buffers, int32_t params_len, double weight_decay,
+                                double momentum, double lr, double dampening, bool nesterov, bool maximize,
+                                bool is_first_step, const x1_tensor_t *grad_scale, const x1_tensor_t *found_inf);
+
+/* ---- random numbers: counter-based (Philox4x32-10, the engine of PyTorch's
+ * CUDA generator).  The NPU keeps no generator state: each call is given the
+ * caller's seed and offset, reads the words of the stream `seed` from word
+ * `offset` (a multiple of 4) on, and consumes
+ *     x1_rng_words(numel, w) = 4 * ceil(w * numel / 4)
+ * words, w = 1 (2 for x1_random over a range wider than 2^32): the caller
+ * adds that to its offset.  Element i (row-major order) takes words
+ * offset + w*i ...; the same (seed, offset) gives the same values on every
+ * chip of every vendor whose SDK follows this scheme (docs/simulators.md). */
+X1_API x1_status_t x1_rng_words(int64_t numel, int32_t words_per_element, uint64_t *words);
+/* self = uniform in [from, to) (float32, float16) */
+X1_API x1_status_t x1_uniform(x1_tensor_t *self, double from, double to, uint64_t seed, uint64_t offset);
+/* self = mean + std * N(0, 1) (Box-Muller on word pairs; float32, float16) */
+X1_API x1_status_t x1_normal(x1_tensor_t *self, double mean, double std, uint64_t seed, uint64_t offset);
+/* self = 1 with probability p, else 0 (any x1 dtype) */
+X1_API x1_status_t x1_bernoulli(x1_tensor_t *self, double p, uint64_t seed, uint64_t offset);
+/* self = integers uniform in [from, to) (any x1 dtype that holds them) */
+X1_API x1_status_t x1_random(x1_tensor_t *self, int64_t from, int64_t to, uint64_t seed, uint64_t offset);
+/* output = input * mask / (1 - p), mask (bool) true with probability 1 - p;
+ * outside training output = input, mask all true and no word is read */
+X1_API x1_status_t x1_native_dropout(const x1_tensor_t *input, double p, bool train, uint64_t seed,
+                                     uint64_t offset, x1_tensor_t *output, x1_tensor_t *mask);
 
 /* ---- softmax family ----
  * Generic softmax through the vector unit: slower than a fused kernel, but it

@@ -98,6 +98,7 @@ def test_invalid_conv_returns_error_without_strict_mode():
     assert "returned 3 x1_conv2d: stride=3 not in {1, 2, 4}" in r.stdout
 
 
+@pytest.mark.slow  # each runs interpreters that abort: 1.5-2 s
 def test_invalid_conv_aborts_in_strict_mode():
     r = run(X1_BAD_CONV, "libx1v2sim.so", "x1", strict=True)
     assert r.returncode == -signal.SIGABRT
@@ -127,12 +128,14 @@ def test_strict_zero_means_off():
     assert r.returncode == 0 and "returned 3" in r.stdout
 
 
+@pytest.mark.slow  # each runs interpreters that abort: 1.5-2 s
 def test_new_kernels_abort_on_invalid_calls_in_strict_mode():
     r = run(TH1_COMPARE_INTO_FLOAT, "libth1sim.so", "th1", strict=True)
     assert r.returncode == -signal.SIGABRT and "returned" not in r.stdout
     assert "[th1-sim strict mode] fatal: th1Equal: a comparison writes bool, the output is float32" in r.stderr
 
 
+@pytest.mark.slow  # each runs interpreters that abort: 1.5-2 s
 def test_data_errors_of_new_kernels_return_a_code_in_strict_mode():
     r = run(X1_NLL_BAD_TARGET, "libx1v2sim.so", "x1", strict=True)
     assert r.returncode == 0, r.stderr
