@@ -3,9 +3,6 @@
 accelerate, Lightning.  Each program is the library's ordinary script plus
 `import flbridge` (and, for a chip other than fl:0, `torch.fl.set_device`).
 
-Until issue 18's fixes are merged, the rank processes apply
-tests/i18_workarounds.py first (three flbridge defects, listed there).
-
 No DeepSpeed op is compiled in these tests: the fl accelerator's fused Adam
 is torch ops, the offload runs use torch's AdamW on the CPU, the shared
 memory comm op is not asked for.  Every run builds into an empty
@@ -90,9 +87,8 @@ def test_ds_accelerator_names_another_accelerator_and_flbridge_leaves_it():
 
 
 def _zero(cfg: DSConfig, tmp_path, nproc=2):
-    from tests.i18_workarounds import ds_rank
     cfg = replace(cfg, out=str(tmp_path / "out"), quiet=True)
-    return cfg, run_ranks(cfg, nproc, timeout=900, target=ds_rank)
+    return cfg, run_ranks(cfg, nproc, timeout=900)
 
 
 def _check_fp32(results, cfg, tol=1e-5):
@@ -189,8 +185,6 @@ def test_zero2_under_the_deepspeed_launcher_matches_the_cpu(tmp_path, no_builds)
 
 def test_a_deepspeed_kernel_without_an_fl_version_is_refused_with_the_config_fix(tmp_path, no_builds):
     code = ("import flbridge, torch, os, tempfile\n"
-            "from tests import i18_workarounds\n"
-            "i18_workarounds.apply(); i18_workarounds.for_deepspeed()\n"
             "import deepspeed\n"
             "from flbridge.errors import IntegrationError\n"
             "d = tempfile.mkdtemp()\n"

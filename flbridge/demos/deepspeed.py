@@ -251,12 +251,12 @@ def _spawn_target(rank: int, world: int, cfg: DSConfig, init_method: str) -> Non
     train_rank(rank, world, cfg, init_method)
 
 
-def run_ranks(cfg: DSConfig, nproc: int, timeout: float = 600.0, target=_spawn_target) -> list[dict]:
+def run_ranks(cfg: DSConfig, nproc: int, timeout: float = 600.0) -> list[dict]:
     """Runs train_rank on `nproc` spawned processes; returns their results."""
     with tempfile.TemporaryDirectory(prefix="flbridge-ds-") as tmp:
         if not cfg.out:
             cfg = DSConfig(**{**asdict(cfg), "out": tmp})
-        spawn(target, (nproc, cfg, f"file://{tmp}/rendezvous"), nproc, timeout)
+        spawn(_spawn_target, (nproc, cfg, f"file://{tmp}/rendezvous"), nproc, timeout)
         return [torch.load(Path(cfg.out) / f"rank{r}.pt", weights_only=False) for r in range(nproc)]
 
 

@@ -15,14 +15,8 @@ import torch
 
 import flbridge  # the one line a CUDA script adds
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import i18_workarounds  # noqa: E402  (until issue 18's fixes are merged)
-
-i18_workarounds.apply()
 opts = json.loads(sys.argv[1])
 out = Path(sys.argv[2])
-if opts.get("args", {}).get("deepspeed"):
-    i18_workarounds.for_deepspeed()
 warnings.simplefilter("ignore", flbridge.FallbackWarning)
 if opts.get("chip"):
     torch.fl.set_device(opts["chip"])

@@ -15,10 +15,6 @@ import torch
 
 import flbridge  # noqa: F401 - the one line a CUDA script adds
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import i18_workarounds  # noqa: E402  (until issue 18's fixes are merged)
-
-i18_workarounds.apply()
 opts = json.loads(sys.argv[1])
 out = Path(sys.argv[2])
 warnings.simplefilter("ignore")
