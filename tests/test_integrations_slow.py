@@ -42,6 +42,20 @@ def _env(**extra) -> dict:
     return env
 
 
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """A script run several tests compare against (the CPU reference, the
+    two-process Trainer) is made once per module: shared(_hf or _pl, opts, ...)."""
+    base, done = tmp_path_factory.mktemp("shared"), {}
+
+    def get(run, opts, **kw):
+        key = (run.__name__, json.dumps(opts, sort_keys=True), tuple(sorted(kw.items())))
+        if key not in done:
+            done[key] = run(base, f"run{len(done)}", opts, **kw)
+        return done[key]
+    return get
+
+
 def _run(cmd, timeout=900, **env):
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(**env), cwd=str(ROOT))
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-6000:])
@@ -223,9 +237,12 @@ def _close_losses(a, b, tol=1e-3):
     return worst
 
 
-def test_trainer_picks_fl_by_itself_trains_like_the_cpu_and_resumes_from_a_checkpoint(tmp_path):
+HF_CPU = {"args": {"use_cpu": True}}
+
+
+def test_trainer_picks_fl_by_itself_trains_like_the_cpu_and_resumes_from_a_checkpoint(tmp_path, shared):
     fl, fl_params = _hf(tmp_path, "fl", {"args": {"save_strategy": "steps", "save_steps": 3}})
-    cpu, _ = _hf(tmp_path, "cpu", {"args": {"use_cpu": True}})
+    cpu, _ = shared(_hf, HF_CPU)
     assert fl[0]["device"] == "fl:0" and fl[0]["param_device"] == "fl:0" and cpu[0]["device"] == "cpu"
     _close_losses(fl[0]["losses"], cpu[0]["losses"])
     ckpt = tmp_path / "fl" / "trainer" / "checkpoint-3"
@@ -236,8 +253,8 @@ def test_trainer_picks_fl_by_itself_trains_like_the_cpu_and_resumes_from_a_check
         assert torch.equal(resumed_params[0][k], v), k
 
 
-def test_trainer_runs_bf16_on_th1_and_fp16_with_a_grad_scaler_on_x1(tmp_path):
-    cpu, _ = _hf(tmp_path, "cpu", {"args": {"use_cpu": True}})
+def test_trainer_runs_bf16_on_th1_and_fp16_with_a_grad_scaler_on_x1(tmp_path, shared):
+    cpu, _ = shared(_hf, HF_CPU)
     bf16, _ = _hf(tmp_path, "bf16", {"chip": "xpu:th1", "args": {"bf16": True}})
     fp16, _ = _hf(tmp_path, "fp16", {"chip": "xpu:x1", "args": {"fp16": True}})
     assert (bf16[0]["mixed_precision"], bf16[0]["native_amp"], bf16[0]["logits_dtype"]) == \
@@ -270,8 +287,8 @@ def test_accelerate_picks_fl_and_refuses_a_precision_the_chip_lacks_with_the_fix
     assert "mixed_precision='bf16'" in p.stdout
 
 
-def test_trainer_on_two_processes_runs_ddp_over_flccl_like_two_cpu_processes(tmp_path):
-    fl, fl_params = _hf(tmp_path, "fl", {}, torchrun=2)
+def test_trainer_on_two_processes_runs_ddp_over_flccl_like_two_cpu_processes(tmp_path, shared):
+    fl, fl_params = shared(_hf, {}, torchrun=2)
     cpu, cpu_params = _hf(tmp_path, "cpu", {"args": {"use_cpu": True}}, torchrun=2)
     for r in fl:
         assert r["distributed_type"] == "DistributedType.MULTI_CPU" and r["device"] == "fl:0"
@@ -283,13 +300,13 @@ def test_trainer_on_two_processes_runs_ddp_over_flccl_like_two_cpu_processes(tmp
         torch.testing.assert_close(v, cpu_params[0][k], rtol=0, atol=1e-4)   # AdamW, lr 1e-3, 6 steps
 
 
-def test_trainer_with_a_deepspeed_config_runs_zero2_on_fl(tmp_path, no_builds):
+def test_trainer_with_a_deepspeed_config_runs_zero2_on_fl(tmp_path, no_builds, shared):
     ds = {"zero_optimization": {"stage": 2, "reduce_bucket_size": 5e6, "allgather_bucket_size": 5e6},
           "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
           "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
           "gradient_clipping": "auto"}
     fl, fl_params = _hf(tmp_path, "fl", {"args": {"deepspeed": ds}}, torchrun=2)
-    ddp, _ = _hf(tmp_path, "ddp", {}, torchrun=2)
+    ddp, _ = shared(_hf, {}, torchrun=2)       # the Trainer's DDP on fl (the test above)
     for r in fl:
         assert r["distributed_type"] == "DistributedType.DEEPSPEED" and r["param_device"] == "fl:0"
         assert r["collectives"]["vendor all_reduce"]["calls"] > 0
@@ -308,10 +325,14 @@ def _pl(tmp_path, name, opts, ranks=1):
     return results, params
 
 
-def test_lightning_accelerator_fl_and_auto_train_on_fl_like_the_cpu(tmp_path):
-    cpu, cpu_params = _pl(tmp_path, "cpu", {"trainer": {"accelerator": "cpu"}})
-    for name, trainer in (("fl", {"accelerator": "fl", "devices": 1}), ("auto", {})):
-        fl, fl_params = _pl(tmp_path, name, {"trainer": trainer})
+PL_CPU = {"trainer": {"accelerator": "cpu"}, "epochs": 2}
+PL_FL = {"trainer": {"accelerator": "fl", "devices": 1}, "epochs": 2}
+
+
+def test_lightning_accelerator_fl_and_auto_train_on_fl_like_the_cpu(tmp_path, shared):
+    cpu, cpu_params = shared(_pl, PL_CPU)
+    for opts in (PL_FL, {"trainer": {}, "epochs": 2}):
+        fl, fl_params = shared(_pl, opts)
         assert (fl[0]["accelerator"], fl[0]["strategy"], fl[0]["root_device"]) == \
             ("FLAccelerator", "SingleDeviceStrategy", "fl:0")
         assert max(abs(a - b) for a, b in zip(fl[0]["losses"], cpu[0]["losses"])) <= 1e-5
@@ -319,10 +340,10 @@ def test_lightning_accelerator_fl_and_auto_train_on_fl_like_the_cpu(tmp_path):
             torch.testing.assert_close(v, cpu_params[0][k], rtol=0, atol=1e-6)   # SGD: lr x float32 rounding
 
 
-def test_lightning_mixed_precision_uses_fl_autocast(tmp_path):
-    cpu, _ = _pl(tmp_path, "cpu", {"trainer": {"accelerator": "cpu"}})
-    bf16, _ = _pl(tmp_path, "bf16", {"chip": "xpu:th1", "trainer": {"precision": "bf16-mixed"}})
-    fp16, _ = _pl(tmp_path, "fp16", {"chip": "xpu:x1", "trainer": {"precision": "16-mixed"}})
+def test_lightning_mixed_precision_uses_fl_autocast(tmp_path, shared):
+    cpu, _ = shared(_pl, PL_CPU)
+    bf16, _ = _pl(tmp_path, "bf16", {"chip": "xpu:th1", "trainer": {"precision": "bf16-mixed"}, "epochs": 2})
+    fp16, _ = _pl(tmp_path, "fp16", {"chip": "xpu:x1", "trainer": {"precision": "16-mixed"}, "epochs": 2})
     assert (bf16[0]["precision"], bf16[0]["autocast_device"], bf16[0]["dtypes"], bf16[0]["scaler"]) == \
         ("MixedPrecision", "fl", ["torch.bfloat16"], None)
     assert (fp16[0]["precision"], fp16[0]["autocast_device"], fp16[0]["dtypes"], fp16[0]["scaler"]) == \
@@ -345,13 +366,12 @@ def test_lightning_refuses_a_precision_the_chip_lacks(tmp_path):
     assert "precision='bf16-mixed'" in p.stdout
 
 
-def test_lightning_checkpoints_save_and_resume(tmp_path):
-    whole, whole_params = _pl(tmp_path, "whole", {"trainer": {"accelerator": "fl"}, "epochs": 2})
-    first, _ = _pl(tmp_path, "first", {"trainer": {"accelerator": "fl"}, "epochs": 1, "checkpoint": True})
+def test_lightning_checkpoints_save_and_resume(tmp_path, shared):
+    whole, whole_params = shared(_pl, PL_FL)          # two epochs at once (the first test's)
+    first, _ = _pl(tmp_path, "first", {**PL_FL, "epochs": 1, "checkpoint": True})
     ckpt = sorted((tmp_path / "first" / "ckpt").glob("*.ckpt"))
     assert len(ckpt) == 1
-    resumed, resumed_params = _pl(tmp_path, "resumed", {"trainer": {"accelerator": "fl"}, "epochs": 2,
-                                                        "resume": str(ckpt[0])})
+    resumed, resumed_params = _pl(tmp_path, "resumed", {**PL_FL, "resume": str(ckpt[0])})
     assert first[0]["losses"] + resumed[0]["losses"] == whole[0]["losses"]
     for k, v in whole_params[0].items():
         assert torch.equal(resumed_params[0][k], v), k
