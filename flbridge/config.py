@@ -29,6 +29,9 @@ KNOWN = {
     "FLBRIDGE_AUTOCOMPARE_REPORT": "file to write the autocompare report to as JSON at exit",
     "FLBRIDGE_STRICT_SPECS": "1: a spec with problems makes init() raise; default 0: its chip is unavailable "
                              "and the others load",
+    "FLBRIDGE_HOST_COPY_LIMIT": "the largest storage (bytes; K, M, G suffixes; default 1M) that keeps a host "
+                                "copy while its device side is current, on chips that copy (larger ones keep "
+                                "one copy, on the device, as CUDA does); 'inf' keeps every host copy",
 }
 LOG_TOPICS = ("dispatch", "fallback", "transfer")
 
@@ -47,6 +50,7 @@ class Config:
     strict_specs: bool = False
     autocompare: str = ""          # "", "1" or op-name regexes
     autocompare_report: str = ""
+    host_copy_limit: float = 1 << 20   # bytes; storages above it keep no host copy beside a current device one
 
     def forced(self, qualname: str) -> bool:
         return any(r.search(qualname) for r in self.force_fallback)
@@ -63,6 +67,24 @@ def _flag(name: str, default: bool) -> bool:
         return True
     warnings.warn(f"{name}={os.environ[name]!r} is not 0/1; using {int(default)}", ConfigWarning, stacklevel=3)
     return default
+
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+
+
+def _bytes(name: str, default: float) -> float:
+    v = os.environ.get(name, "").strip().lower()
+    if not v:
+        return default
+    if v in ("inf", "infinity", "unlimited"):
+        return float("inf")
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-z]*)", v)
+    if m is None or m.group(2) not in _UNITS:
+        warnings.warn(f"{name}={os.environ[name]!r} is not a size like 512K, 4M or inf; using {int(default)}",
+                      ConfigWarning, stacklevel=3)
+        return default
+    return float(m.group(1)) * _UNITS[m.group(2)]
 
 
 def load() -> Config:
@@ -96,6 +118,7 @@ def load() -> Config:
                       stacklevel=3)
         w = "once"
     cfg.warn = w
+    cfg.host_copy_limit = _bytes("FLBRIDGE_HOST_COPY_LIMIT", cfg.host_copy_limit)
     cfg.autocompare = os.environ.get("FLBRIDGE_AUTOCOMPARE", "").strip()
     cfg.autocompare_report = os.environ.get("FLBRIDGE_AUTOCOMPARE_REPORT", "").strip()
     return cfg

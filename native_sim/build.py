@@ -106,23 +106,26 @@ def build(out: Path = DEFAULT_OUT, force: bool = False, verbose: bool = False) -
 
 def _build_locked(out: Path, force: bool, verbose: bool) -> dict[str, Path]:
     cc = compiler()
-    flags = None
+    flags = opt_flags(cc)
     built = {}
     for name, (srcs, header, defines) in LIBRARIES.items():
         target = out / name
         inputs = [HERE / s for s in CORE + CORE_HEADERS + srcs + [header]] + [Path(__file__)]
         inputs += [p.with_suffix(".h") for p in inputs if p.suffix == ".c" and p.with_suffix(".h").exists()]
-        if force or _stale(target, inputs):
-            flags = flags or opt_flags(cc)
-            cmd = (cc + flags + WARN + ["-std=c11", "-fPIC", "-shared", "-fvisibility=hidden",
-                                        "-pthread"] + defines +
-                   [str(HERE / s) for s in CORE + srcs] + ["-o", str(target), "-lm"])
+        options = cc + flags + WARN + ["-std=c11", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread"] + defines
+        # the options a library was built with sit beside it: a change of
+        # compiler or of FLSIM_PORTABLE rebuilds it, as a changed source does
+        stamp = target.with_name(target.name + ".options")
+        same_options = stamp.exists() and stamp.read_text() == " ".join(options)
+        if force or not same_options or _stale(target, inputs):
+            cmd = options + [str(HERE / s) for s in CORE + srcs] + ["-o", str(target), "-lm"]
             if verbose:
                 print(" ".join(cmd))
             tmp = target.with_suffix(f".so.{os.getpid()}.tmp")
             cmd[cmd.index(str(target))] = str(tmp)
             _run(cmd)
             os.replace(tmp, target)  # atomic: a running process never sees half a file
+            stamp.write_text(" ".join(options))
         built[name] = target
     return built
 

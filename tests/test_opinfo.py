@@ -2,6 +2,7 @@
 CPU: every sample of the ops the shipped chips run natively, in their
 dtypes, contiguous and not, whatever route each call takes; and, for the
 ops whose backward kernels the chips have, the gradients of those samples."""
+import math
 import warnings
 
 import pytest
@@ -122,6 +123,32 @@ def _tensors(x):
     return []
 
 
+def _layer_norm_grad_slack(s, cot) -> float:
+    """How far two float32 layer_norm backwards may differ by rounding alone.
+
+    Both compute xhat = (x - mean) * rstd; evaluated with or without FMA (torch
+    picks by CPU capability) it is within d = 4 eps |x| rstd of the exact one,
+    which a variance near zero makes large (rstd up to 1/sqrt(eps_ln)).  The
+    weight's gradient sums cot * xhat over the M normalized rows; the input's is
+    rstd * (w cot - mean(w cot) - xhat mean(w cot xhat)), whose last term moves
+    by about 2 rstd |w| |cot| d sqrt(N) (|xhat| <= sqrt(N))."""
+    x = s.input.detach().double()
+    shape = tuple(s.args[0])
+    n = len(shape)
+    weight = s.args[1] if len(s.args) > 1 and s.args[1] is not None else None
+    eps_ln = s.args[3] if len(s.args) > 3 else s.kwargs.get("eps", 1e-5)
+    if x.numel() == 0:
+        return 0.0
+    dims = tuple(range(x.dim() - n, x.dim()))
+    rstd = float((x.var(dims, unbiased=False) + eps_ln).rsqrt().max())
+    N = max(1, math.prod(shape))
+    M = max(1, x.numel() // N)
+    d = 4 * torch.finfo(torch.float32).eps * float(x.abs().max()) * rstd
+    wmax = float(weight.detach().abs().max()) if weight is not None and weight.numel() else 1.0
+    g = float(cot.abs().max()) if cot.numel() else 0.0
+    return d * g * max(M, 2 * rstd * wmax * math.sqrt(N))
+
+
 @pytest.mark.parametrize("case,chip", cases(GRAD_OPS, SLOW_GRADS))
 def test_opinfo_gradients_match_cpu(flchips, case, chip):
     """Backward of every sample with a random output gradient: the inputs'
@@ -151,10 +178,13 @@ def test_opinfo_gradients_match_cpu(flchips, case, chip):
                 warnings.simplefilter("ignore", flbridge.FallbackWarning)
                 dout = [o for o in _tensors(op(*dev_args, **dev_kwargs)) if o.requires_grad]
                 got = torch.autograd.grad(dout, dev_leaves, [c.to(dev) for c in cots], allow_unused=True)
+            tol = tolerance(op, dtype)
+            if op.name == "nn.functional.layer_norm" and dtype == torch.float32:
+                tol = dict(rtol=1.3e-6, atol=1e-5 + _layer_norm_grad_slack(s, cots[0]))
             for e, r in zip(expected, got):
                 assert (e is None) == (r is None)
                 if e is not None:
-                    torch.testing.assert_close(r.cpu(), e, equal_nan=True, **tolerance(op, dtype),
+                    torch.testing.assert_close(r.cpu(), e, equal_nan=True, **tol,
                                                msg=lambda m: f"{op.name} {dtype} {s}: {m}")
             checked += 1
     assert checked > 0

@@ -122,7 +122,8 @@ def test_summary_gives_routes_fallback_share_bytes_and_fixes(x1, forced_mul):
     assert mm["calls"] == 3 and mm["route"] == "native" and 0 < mm["kernel_ns"] < mm["time_ns"]
     t = s["time_ns"]
     assert 0 < t["kernels_device"] <= t["kernels_host"] and t["cpu_fallback"] > 0
-    assert t["kernels_device"] + t["transfers_device"] + t["cpu_fallback"] + t["host_overhead"] == t["ops"]
+    assert t["kernels_host"] + t["transfers_host"] + t["cpu_fallback"] + t["observer"] + t["host_overhead"] == t["ops"]
+    assert 0 < t["observer"] < t["ops"]
     text = prof.summary()
     assert "fell back 1 (20% of ops" in text and "fix: unset FLBRIDGE_FORCE_FALLBACK" in text
     assert "device time from the runtime's kernel timer" in text

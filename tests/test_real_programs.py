@@ -212,6 +212,56 @@ def test_packed_sequences_through_an_lstm(x1v2):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("reduction", ["sum", "none", "mean"])
+def test_ctc_loss_takes_lengths_on_the_cpu_as_on_cuda(th1, reduction):
+    """CTC's input and target lengths may stay on the CPU beside device
+    log-probs (as with CUDA); with reduction='mean', PyTorch divides the
+    device loss by the CPU target lengths, which fails on CUDA too, so
+    there the lengths must be on the device."""
+    T, N, C, S = 12, 3, 6, 4
+    torch.manual_seed(0)
+    logits = torch.randn(T, N, C)
+    targets = torch.randint(1, C, (N, S))
+    in_len, tg_len = torch.tensor([12, 10, 7]), torch.tensor([4, 2, 3])
+    ref_x = logits.clone().requires_grad_()
+    ref = F.ctc_loss(ref_x.log_softmax(2), targets, in_len, tg_len, reduction=reduction)
+    ref.sum().backward()
+    for lengths_on in ("cpu", th1):
+        x = logits.to(th1).requires_grad_()
+        args = (x.log_softmax(2), targets.to(th1), in_len.to(lengths_on), tg_len.to(lengths_on))
+        if reduction == "mean" and lengths_on == "cpu":
+            with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+                F.ctc_loss(*args, reduction=reduction)
+            continue
+        out = F.ctc_loss(*args, reduction=reduction)
+        out.sum().backward()
+        torch.testing.assert_close(out.detach().cpu(), ref.detach(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(x.grad.cpu(), ref_x.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_data_parallel_over_two_chips_matches_the_cpu(flchips):
+    """nn.DataParallel's scatter/gather/broadcast kernels exist only in CUDA
+    builds of torch (torch._C._scatter, ...); on fl they run in Python."""
+    torch.manual_seed(0)
+    cpu = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    fl = copy.deepcopy(cpu).to("fl:0")
+    x = torch.randn(10, 6)
+    ref = cpu(x)
+    ref.pow(2).sum().backward()
+    dp = nn.DataParallel(fl, device_ids=[0, 2])
+    flbridge.reset_stats("fl:2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")      # torch's reduce_add asks NCCL first
+        y = dp(x.to("fl:0"))
+        assert y.device == torch.device("fl:0")
+        y.pow(2).sum().backward()
+    torch.testing.assert_close(y.detach().cpu(), ref.detach())
+    for a, b in zip(_grads(cpu), _grads(fl)):
+        torch.testing.assert_close(b, a)
+    assert flbridge.stats("fl:2")["native_ops"] > 0       # the second replica ran on the second chip
+    assert nn.DataParallel(copy.deepcopy(cpu).to("fl:0")).device_ids == list(range(torch.fl.device_count()))
+
+
 # ----------------------------------------------------- device-only factories
 
 def _device_factories():

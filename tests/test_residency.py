@@ -226,3 +226,71 @@ def test_oom_releases_the_cache_retries_then_raises_a_torch_oom(tmp_path):
     assert "in use by tensors" in msg and "cached" in msg and "capacity 1.00 MiB" in msg
     assert "TH1_ERROR_OUT_OF_MEMORY" not in msg or "Runtime said" in msg
     assert "intact" in out
+
+
+# ------------------------------------------------- host memory at scale
+
+def _big(n_mib=2):
+    return torch.randn(n_mib * (1 << 18))          # n MiB of float32
+
+
+def test_a_large_tensor_keeps_one_copy_on_a_chip_that_copies(th1):
+    x = _big()
+    t = x.to(th1)
+    st = t._st
+    assert st.host is not None                      # lazy: nothing is on the device yet
+    y = t * 2                                       # the upload makes the device copy the current one
+    assert st.dev_valid and st.host is None
+    assert y._st.host is None                       # a kernel's result: device only
+    t.add_(1)                                       # a device write: still no host copy
+    assert st.host is None
+    torch.testing.assert_close(t.cpu(), x + 1)      # one download brings the bytes back, for the host
+    torch.testing.assert_close(y.cpu(), x * 2)
+
+
+def test_a_stale_host_copy_of_a_large_tensor_is_released_at_the_device_write(th1):
+    x = _big()
+    t = x.to(th1)
+    _ = t + 0                                        # uploaded: host released
+    torch.testing.assert_close(t.cpu(), x)          # downloaded: both sides current
+    assert t._st.host is not None and t._st.host_valid
+    t.mul_(3)                                        # the device side is written: the host copy goes
+    assert t._st.host is None
+    torch.testing.assert_close(t.cpu(), x * 3)
+
+
+def test_small_tensors_keep_their_host_copy(th1):
+    x = torch.randn(256)
+    t = x.to(th1)
+    _ = t * 2
+    assert t._st.host is not None and t._st.host_valid
+    t.add_(1)
+    assert t._st.host is not None and not t._st.host_valid     # kept, stale: reused by the next download
+    torch.testing.assert_close(t.cpu(), x + 1)
+
+
+def test_the_host_copy_limit_is_a_knob(th1, monkeypatch):
+    monkeypatch.setattr(config.CONFIG, "host_copy_limit", float("inf"))
+    t = _big().to(th1)
+    _ = t * 2
+    assert t._st.host is not None                    # every host copy kept, as before the policy
+    monkeypatch.setattr(config.CONFIG, "host_copy_limit", 0)
+    s = torch.randn(4).to(th1)
+    _ = s * 2
+    assert s._st.host is None                        # none kept
+
+
+def test_a_mapping_chip_keeps_its_host_buffer(x1):
+    t = _big().to(x1)
+    _ = t * 2
+    assert t._st.mapped and t._st.host is not None   # the mapped host buffer is the device memory
+
+
+def test_fallback_ops_on_large_tensors_read_and_write_through_the_policy(th1):
+    x = _big().reshape(512, 1024)
+    t = x.to(th1)
+    y = torch.special.erfcx(t * 1.0)                 # native mul, then a CPU fallback (download, compute)
+    torch.testing.assert_close(y.cpu(), torch.special.erfcx(x))
+    z = y + 1                                        # uploaded again: the host copy goes
+    assert y._st.host is None
+    torch.testing.assert_close(z.cpu(), torch.special.erfcx(x) + 1)

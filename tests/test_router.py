@@ -518,3 +518,19 @@ def test_integer_tensors_against_cpu_float_scalars_compare_as_pytorch_promotes(a
         assert torch.equal(got, want), (op, s)
     b = torch.tensor([True, False])
     assert torch.equal(getattr(torch, op)(b.to(anychip), torch.tensor(1)).cpu(), getattr(torch, op)(b, torch.tensor(1)))
+
+
+@pytest.mark.parametrize("chip", ["th1", "x1"])
+def test_an_op_reached_again_inside_its_own_decomposition_goes_on_down_the_chain(request, chip):
+    """fill_ on a dtype the chip lacks decomposes into fill, whose
+    decomposition calls full_like, which flbridge runs as empty_like + fill_:
+    the inner fill_ must not decompose again (it recursed until Python's
+    limit: torch.ones_like of a float64 tensor, the implicit gradient of a
+    float64 loss)."""
+    dev = request.getfixturevalue(chip)
+    a = torch.zeros(3, dtype=torch.float64).to(dev)
+    assert torch.equal(torch.ones_like(a).cpu(), torch.ones(3, dtype=torch.float64))
+    assert torch.equal(a.fill_(2.5).cpu(), torch.full((3,), 2.5, dtype=torch.float64))
+    x = torch.arange(4.0, dtype=torch.float64).to(dev).requires_grad_()
+    (x * x).sum().backward()     # backward() starts from ones_like(loss)
+    assert torch.equal(x.grad.cpu(), 2 * torch.arange(4.0, dtype=torch.float64))

@@ -103,6 +103,21 @@ def test_default_device_and_get_default_device(flchips, restore_current_device):
 
 # ------------------------------------------- device= on *_like and new_*
 
+def test_new_tensor_and_legacy_new_stay_on_their_tensors_device(flchips, restore_current_device):
+    """torch resolves these from the dispatch key alone (an index-less device):
+    a tensor on fl:2 used to get its new_tensor/new on fl:0."""
+    src = torch.ones(2, 3, dtype=torch.float64).to("fl:2")
+    for out in (src.new_tensor([1.5, 2.5]), src.new(4), src.new((2, 2)), src.new(), src.new([1.0, 2.0])):
+        assert out.device == src.device and out.dtype == src.dtype
+    assert torch.equal(src.new_tensor([1.5, 2.5]).cpu(), torch.tensor([1.5, 2.5], dtype=torch.float64))
+    assert src.new().shape == (0,)
+    assert src.new_tensor([1], device="cpu").device.type == "cpu"      # an explicit device wins
+    torch.fl.set_device(1)
+    on0 = torch.ones(2).to("fl:0")
+    assert on0.new_tensor([1.0]).device == torch.device("fl:0")           # its own device, not the current one
+    assert on0.new_tensor([1.0], device="fl").device == torch.device("fl:1")   # index-less: the current one
+
+
 @pytest.mark.parametrize("op", ["rand_like", "randn_like", "randint_like", "new_zeros", "new_ones", "new_full",
                                 "new_empty", "zeros_like", "full_like", "empty_like"])
 @pytest.mark.parametrize("target", ["cpu", "fl:1", "fl:0"])

@@ -21,7 +21,7 @@ from ..routing import nested
 from ..routing import special as crossings
 from ..routing import views as metaops
 from ..tensor import Storage, XPUTensor, dense_strides, new_tensor, paramdata
-from . import accelerator, failsafe, pinned, quantized
+from . import accelerator, dataparallel, failsafe, pinned, quantized
 from .torch_fl import FL_MODULE
 
 
@@ -144,6 +144,7 @@ def register() -> None:
     failsafe.install()   # an exception during backward reaches backward()'s caller
     current.install()    # "fl" without an index is the current fl device
     accelerator.install()   # torch.accelerator.* answered by torch.fl
+    dataparallel.install()  # nn.DataParallel's scatter/gather/broadcast for fl tensors
     from .. import amp  # autocast kernels, torch.fl.amp, get_amp_supported_dtype
     from ..compiler.backend import install as install_compile
     amp.install(FL_MODULE)

@@ -100,6 +100,23 @@ def _install_wrappers() -> None:
                 _jit_builtins._register_builtin(wrapper, op)
 
 
+def _on_own_device(fn):
+    """``t.new_tensor(data)`` and ``t.new(...)`` without ``device=`` give a
+    tensor on t's device.  torch resolves that device from t's dispatch key
+    alone (an index-less PrivateUse1 device: fl:0 for t on fl:1), so these
+    pass t's own device when t is on fl and another index."""
+    @functools.wraps(fn)
+    def call(self, *args, **kwargs):
+        d = self.device
+        if d.type == "fl" and d.index and "device" not in kwargs and not torch.compiler.is_dynamo_compiling():
+            if not args and not kwargs and fn.__name__ == "new":
+                return self.new_empty((0,))   # torch's new() builds it under a device guard torch 2.13 ignores
+            kwargs["device"] = d
+        return fn(self, *args, **kwargs)
+    call.__flbridge_own_device__ = fn
+    return call
+
+
 def follow(index: int) -> None:
     """A CURRENT_DEVICE_HOOKS entry (runs in the thread whose device changed)."""
     if index and not _ORIGINAL:
@@ -109,3 +126,7 @@ def follow(index: int) -> None:
 def install() -> None:
     if follow not in CURRENT_DEVICE_HOOKS:
         CURRENT_DEVICE_HOOKS.append(follow)
+    for name in ("new", "new_tensor"):
+        fn = getattr(torch.Tensor, name)
+        if getattr(fn, "__flbridge_own_device__", None) is None:
+            setattr(torch.Tensor, name, _on_own_device(fn))

@@ -65,11 +65,12 @@ class DeviceEvent:
 class _Frame:
     """One aten op on the way through flbridge.routing.dispatch."""
     __slots__ = ("qualname", "chip", "t0", "child_ns", "kernel_ns", "kernel_host_ns", "transfer_ns",
-                 "child_counts")
+                 "child_counts", "observer_ns")
 
     def __init__(self, qualname, chip):
         self.qualname, self.chip = qualname, chip
         self.child_ns = self.kernel_ns = self.kernel_host_ns = self.transfer_ns = 0
+        self.observer_ns = 0       # this profiler's own bookkeeping inside the op, outside its nested ops
         self.child_counts = None
 
 
@@ -94,6 +95,7 @@ class Session:
         self.stats: dict = {}
         self.bytes = defaultdict(lambda: [0, 0])      # kind -> [bytes, calls]
         self.top_ns = 0                               # wall time of top-level ops
+        self.observer_ns = 0                          # this profiler's own bookkeeping inside them
         self.wall_ns = 0
         self._t_start = 0
         self._tls = threading.local()
@@ -122,12 +124,17 @@ class Session:
         return _KernelRun(self, chip, label, run)
 
     def on_transfer(self, chip, kind, nbytes) -> None:
+        t_in = time.perf_counter_ns()
         rf = None
         if _tprof._is_profiler_enabled:
             rf = _tprof.record_function(f"{_TRANSFER_LABEL.get(kind, kind)} [{chip.device_type}]")
             rf.__enter__()
         pend = self._tls.__dict__.setdefault("pending", [])
-        pend.append((kind, nbytes, rf, time.perf_counter_ns()))
+        t0 = time.perf_counter_ns()
+        stack = self._stack()
+        if stack:
+            stack[-1].observer_ns += t0 - t_in
+        pend.append((kind, nbytes, rf, t0))
 
     def transfer_done(self, chip, kind) -> None:
         pend = self._tls.__dict__.get("pending")
@@ -149,6 +156,8 @@ class Session:
             b = self.bytes[(chip.device_type, k)]
             b[0] += nbytes
             b[1] += 1
+        if stack:
+            stack[-1].observer_ns += time.perf_counter_ns() - t1
 
     # ---------------------------------------------------------- ops
 
@@ -186,7 +195,8 @@ class Session:
             if st is None:
                 st = self.stats[key] = OpStat(key[0], key[1], route, reason_kind, reason, fix)
             st.calls += 1
-            st.self_ns += incl_ns - frame.child_ns
+            st.self_ns += incl_ns - frame.child_ns - frame.observer_ns
+            self.observer_ns += frame.observer_ns
             st.kernel_ns += frame.kernel_ns
             st.transfer_ns += frame.transfer_ns
 
@@ -294,7 +304,11 @@ class Session:
             "window_ns": self.wall_ns,
             "time_ns": {"ops": self.top_ns, "kernels_device": k_dev, "kernels_host": k_host,
                         "transfers_device": x_dev, "transfers_host": x_host, "cpu_fallback": cpu_ns,
-                        "host_overhead": max(0, self.top_ns - k_dev - x_dev - cpu_ns)},
+                        "observer": self.observer_ns,
+                        # what flbridge itself adds: the ops' time less the vendor's calls (kernels and
+                        # copies as the host sees them, launch cost included: the runtime's, not
+                        # flbridge's), the CPU fallback's compute, and this profiler's own bookkeeping
+                        "host_overhead": max(0, self.top_ns - self.observer_ns - k_host - x_host - cpu_ns)},
             "device_time_from": timers,
             "routes": {r: {"calls": c, "time_ns": t} for r, (c, t) in sorted(by_route.items())},
             "bytes": moved,
@@ -323,6 +337,7 @@ class _OpRun:
         self.sess, self.func, self.args, self.kwargs, self.run = sess, func, args, kwargs, run
 
     def __call__(self):
+        t_in = time.perf_counter_ns()
         sess = self.sess
         stack = sess._stack()
         chip = chip_of(self.args, self.kwargs)
@@ -334,9 +349,11 @@ class _OpRun:
         try:
             return self.run()
         finally:
-            incl = time.perf_counter_ns() - t0
+            t1 = time.perf_counter_ns()
             stack.pop()
-            sess._close(frame, self.func, self.args, self.kwargs, incl, before, parent)
+            sess._close(frame, self.func, self.args, self.kwargs, t1 - t0, before, parent)
+            if parent is not None:   # this op's own bookkeeping ran inside its parent's time
+                parent.observer_ns += (t0 - t_in) + (time.perf_counter_ns() - t1)
 
 
 class _KernelRun:
@@ -361,6 +378,8 @@ class _KernelRun:
         with sess._lock:
             sess.events.append(DeviceEvent("kernel", self.label, chip, 0, dev, timer, host, t0, op,
                                            threading.get_native_id()))
+        if stack:
+            stack[-1].observer_ns += time.perf_counter_ns() - t0 - host
         return status
 
 
@@ -511,7 +530,7 @@ def _bytes(n: int) -> str:
 
 def render_summary(d: dict, per_op: int = 15) -> str:
     t = d["time_ns"]
-    total = t["ops"] or 1
+    total = max(1, t["ops"] - t["observer"])   # the ops' time without this profiler
     src_text = {"runtime": "the runtime's kernel timer", "host": "host timing around each vendor call"}
     routes = d["routes"]
     n_cpu = routes.get("cpu", {}).get("calls", 0)
@@ -530,9 +549,10 @@ def render_summary(d: dict, per_op: int = 15) -> str:
         lines.append(f"  ({OTHER}: ops that need no kernel: views, copies between devices, allocation, "
                      f"_foreach_ loops)")
     lines.append(f"  time: kernels {_ms(t['kernels_device'])} on the device ({_ms(t['kernels_host'])} on the host "
-                 f"around the calls), transfers {_ms(t['transfers_device'])}, CPU fallback "
+                 f"around the calls), transfers {_ms(t['transfers_host'])}, CPU fallback "
                  f"{_ms(t['cpu_fallback'])}, flbridge host overhead {_ms(t['host_overhead'])} "
-                 f"({_pct(t['host_overhead'] / total)})")
+                 f"({_pct(t['host_overhead'] / total)}); this profiler's own cost, left out: "
+                 f"{_ms(t['observer'])}")
     if d["device_time_from"]:
         lines.append("  device time from " + " and ".join(src_text[s] for s in d["device_time_from"]))
     for dtype, kinds in d["bytes"].items():

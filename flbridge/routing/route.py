@@ -53,10 +53,12 @@ class _Record(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 # Ops PyTorch lets mix an accelerator tensor with CPU tensors (indices, and
-# the lengths / batch sizes of packed sequences, which live on the CPU).
+# the lengths / batch sizes of packed sequences and of CTC's inputs and
+# targets, which live on the CPU).
 _CPU_TENSOR_ARGS_OK = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
                        aten._index_put_impl_.default, aten._pack_padded_sequence.default,
-                       aten._pad_packed_sequence.default, aten._pack_padded_sequence_backward.default}
+                       aten._pad_packed_sequence.default, aten._pack_padded_sequence_backward.default,
+                       aten._ctc_loss.Tensor, aten._ctc_loss_backward.Tensor}
 _ACTIVE = threading.local()
 # how many decompositions deep the chain looks for ops the chip runs (an op
 # whose decomposition's part decomposes into native ops, and so on)
@@ -181,7 +183,11 @@ class OpRoute:
             elif fb.kind == "error":
                 return "error", (f"the spec sets fallback_policy.op_specific to 'error' for it "
                                  f"({fb.file}:{fb.line})")
-        if not self.forced and self.decomps and (fb is None or fb.kind != "cpu"):
+        if (not self.forced and self.decomps and (fb is None or fb.kind != "cpu")
+                and (id(self.chip), self.func) not in _ACTIVE.__dict__.get("running", ())):
+            # (an op reached again while its own decomposition runs, through an
+            # op flbridge implements itself, e.g. fill_ -> fill -> full_like ->
+            # fill_, is a loop: that inner call goes on down the chain)
             fn = self.decomposition(args, kwargs)
             if fn is not None:
                 return "decomposed", f"{_source_name(fn)} ({reason})"
@@ -227,7 +233,14 @@ class OpRoute:
             s.route(self.qualname, "decomposed", reason.kind, detail)
             if kind == "decomposed":
                 self._note(reason, "decomposing it into ops the chip runs natively")
-                return self.decomposition(args, kwargs)(*args, **kwargs)
+                fn = self.decomposition(args, kwargs)
+                running = _ACTIVE.__dict__.setdefault("running", set())
+                mine = (id(self.chip), self.func)
+                running.add(mine)
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    running.discard(mine)
             # no CPU kernel exists: flbridge's decomposition, whatever its parts' routes
             self._note(reason, "decomposing it (PyTorch has no CPU kernel for it)")
             return self.device_only(*args, **kwargs)

@@ -14,6 +14,12 @@ valid or stale.  Rules:
   can map host memory, host buffers are mapped instead of copied.
 * The host buffer is always flbridge's own, never a user's tensor memory, so
   `t.to("fl")` snapshots its source and mapping it is always safe.
+* Host memory at scale: on a chip that copies (no mapping), a storage larger
+  than FLBRIDGE_HOST_COPY_LIMIT (default 1 MiB) keeps one copy, as CUDA
+  does: its host buffer goes when the device side becomes the current one
+  (an upload, or a kernel writing it), and comes back (one download) when
+  the host needs the bytes.  Smaller storages keep both (a host read of a
+  bias or a scalar then costs no allocation).
 """
 from __future__ import annotations
 
@@ -129,6 +135,8 @@ class Storage:
         self.dev_valid = True
         if not self.mapped:
             self.host_valid = False
+            if self.host is not None and self.nbytes > CONFIG.host_copy_limit:
+                self.host = self.typed = None      # stale, and large: one copy, on the device
 
     def alloc_device(self) -> None:
         """A device buffer for a result (contents to be written by a kernel)."""
@@ -181,5 +189,9 @@ def make_resident(chip, storages, keep_address: bool = False) -> None:
         if "transfer" in CONFIG.log:
             log.info("transfer h2d %s: %d buffers, %d bytes in one call", chip.device_type, len(uploads),
                      sum(n for _, _, n in uploads))
+    limit = CONFIG.host_copy_limit
     for st in pending:
         st.dev_valid = True
+        if st.nbytes > limit and st.host is not None:
+            st.host = st.typed = None          # uploaded: the device copy is the one (module docstring)
+            st.host_valid = False

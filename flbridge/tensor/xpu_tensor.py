@@ -16,6 +16,7 @@ import copy
 
 import torch
 
+from ..config import CONFIG
 from .residency import Storage
 
 
@@ -158,7 +159,8 @@ def host_view(t: XPUTensor) -> torch.Tensor:
     if not st.nbytes:
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
     v = st.host_flat(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
-    d["_hv"] = (st.host, v, st.host.untyped_storage().data_ptr())
+    if st.nbytes <= CONFIG.host_copy_limit:   # a cached view would keep a released host buffer alive
+        d["_hv"] = (st.host, v, st.host.untyped_storage().data_ptr())
     return v
 
 
