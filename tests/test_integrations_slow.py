@@ -109,6 +109,8 @@ def _check_fp32(results, cfg, tol=1e-5):
     same, diff = compare(results, reference(cfg))
     assert same, "parameters differ between the ranks"
     assert diff <= tol, f"largest difference from the one-process CPU run: {diff:.2e}"
+    print(f"ZeRO-{cfg.stage} on {cfg.device}: {diff:.2e} from the one-process CPU run (bound {tol:.0e}); "
+          f"collectives on rank 0: {results[0]['collectives']}")      # the figures docs/distributed.md cites (-rP)
     assert results[0]["losses"] != results[1]["losses"]       # each rank saw its own half of the batch
     for r in results:
         assert r["accelerator"] == "FL_Accelerator" and r["param_device"].startswith("fl:")
@@ -157,6 +159,8 @@ def _check_low_precision(results, cfg):
     assert same, "parameters differ between the ranks"
     tol = 2 * cfg.lr * sum(rounding)
     assert diff <= tol, f"{diff:.2e} > {tol:.2e}"
+    print(f"ZeRO-{cfg.stage} {cfg.precision} on {cfg.device}: {diff:.2e} from the float32 CPU run (bound {tol:.2e}), "
+          f"{skipped} steps skipped, loss scales {results[0].get('loss_scales')}")
     assert results[0]["param_dtype"] == str(torch.bfloat16 if cfg.precision == "bf16" else torch.float16)
     return diff, tol
 
@@ -234,6 +238,7 @@ def _close_losses(a, b, tol=1e-3):
     assert a.keys() == b.keys() and len(a) >= 6
     worst = max(abs(a[k] - b[k]) for k in a)
     assert worst <= tol, f"loss curves differ by {worst:.2e}"
+    print(f"loss curves within {worst:.2e} (bound {tol:.0e})")
     return worst
 
 
