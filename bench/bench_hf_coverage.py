@@ -3,12 +3,13 @@ backward, AdamW) of tiny GPT-2, Llama and BERT configurations (random
 weights built in code, nothing downloaded) on a chip, its route table.
 
     python bench/bench_hf_coverage.py [--chip xpu:th1] [--models gpt2 llama bert] [--specs DIR]
+                                      [--dropout P] [--fused]
 
 Needs `transformers` (pip install transformers).  `--specs DIR` loads the
 specs of another folder (FLBRIDGE_DEVICE_DIR), e.g. an older checkout's
 device_specs with their runtime_so pointing at this build, to compare.
-Dropout is off (p = 0): flbridge has no device generator yet, so dropout's
-random mask would run on the CPU in every model alike.
+--dropout P sets every dropout probability of the configurations (default
+0.1, HF's; 0 turns dropout off); --fused steps with AdamW(fused=True).
 """
 from __future__ import annotations
 
@@ -19,19 +20,20 @@ import warnings
 from collections import Counter
 
 
-def build(name):
+def build(name, p=0.1):
     import transformers as tf
     if name == "gpt2":
-        cfg = tf.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=64, resid_pdrop=0.0,
-                            embd_pdrop=0.0, attn_pdrop=0.0)
+        cfg = tf.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=64, resid_pdrop=p,
+                            embd_pdrop=p, attn_pdrop=p)
         return tf.GPT2LMHeadModel(cfg), "causal"
     if name == "llama":
         cfg = tf.LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                             num_key_value_heads=2, vocab_size=256, max_position_embeddings=64)
+                             num_key_value_heads=2, vocab_size=256, max_position_embeddings=64,
+                             attention_dropout=p)
         return tf.LlamaForCausalLM(cfg), "causal"
     cfg = tf.BertConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                        vocab_size=256, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0)
+                        vocab_size=256, max_position_embeddings=64, hidden_dropout_prob=p,
+                        attention_probs_dropout_prob=p)
     return tf.BertForSequenceClassification(cfg), "classify"
 
 
@@ -40,6 +42,8 @@ def main():
     ap.add_argument("--chip", default="xpu:th1")
     ap.add_argument("--models", nargs="*", default=["gpt2", "llama", "bert"])
     ap.add_argument("--specs", help="load the specs of this folder (FLBRIDGE_DEVICE_DIR)")
+    ap.add_argument("--dropout", type=float, default=0.1, help="every dropout probability (0: off)")
+    ap.add_argument("--fused", action="store_true", help="AdamW(fused=True)")
     a = ap.parse_args()
     if a.specs:
         os.environ["FLBRIDGE_DEVICE_DIR"] = a.specs
@@ -53,11 +57,12 @@ def main():
     dev = flbridge.torch_device(a.chip)
     warnings.simplefilter("ignore")
     torch.manual_seed(0)
-    print(f"one training step on {a.chip}: batch 2, 16 tokens, the second sequence padded by 4")
+    print(f"one training step on {a.chip}: batch 2, 16 tokens, the second sequence padded by 4, "
+          f"dropout {a.dropout}, AdamW{'(fused=True)' if a.fused else ''}")
     for name in a.models:
-        model, kind = build(name)
+        model, kind = build(name, a.dropout)
         model.train().to(dev)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **({"fused": True} if a.fused else {}))
         ids = torch.randint(1, 256, (2, 16))
         mask = torch.ones(2, 16, dtype=torch.long)
         mask[1, 12:] = 0

@@ -14,6 +14,16 @@ read (.item(), .tolist(), print, .cpu()), an op that would run on the CPU
 capture (it would be frozen into the graph), ops on another chip.  Inputs
 whose host copy changed between replays (a `static_x.copy_(cpu_batch)`) are
 uploaded in place before the calls run.
+
+Random ops draw new numbers at every replay, as in CUDA graphs: CUDA's
+kernels read the philox seed and offset from device memory that each
+replay refills from the generator (`replay_prologue`), adding the offset
+each call had within the capture.  The vendor kernels here take them by
+value, so the recorded calls are re-pointed instead: the capture notes each
+random call's seed and offset arguments and its offset relative to the
+capture's start (the generator does not advance while capturing); each
+replay passes the generator's current seed and offset plus those, and then
+advances the generator by what the whole graph consumed.
 """
 from __future__ import annotations
 
@@ -44,6 +54,8 @@ class FLGraph:
         self._captured = False
         self._capturing = False
         self._prog = ()
+        self._rng_used = {}        # generator -> words its random calls consume per run of the graph
+        self._rng_calls = []       # (call index, seed position, offset position, generator, offset in the graph)
 
     # ------------------------------------------------------------ capture
 
@@ -108,6 +120,17 @@ class FLGraph:
     def keep(self, obj) -> None:
         self._keep.append(obj)
 
+    def reserve_rng(self, gen, words: int) -> int:
+        """The offset, within the graph, of a random call consuming `words`
+        of `gen`'s stream (the generator itself does not advance)."""
+        used = self._rng_used.get(gen, 0)
+        self._rng_used[gen] = used + words
+        return used
+
+    def note_rng(self, gen, seed_pos: int, offset_pos: int, intra: int) -> None:
+        """The call recorded last takes gen's seed and offset at these argument positions."""
+        self._rng_calls.append((len(self._calls) - 1, seed_pos, offset_pos, gen, intra))
+
     def on_transfer(self, chip, kind, nbytes, storages) -> None:
         if kind == "d2h":
             raise GraphCaptureError(
@@ -149,13 +172,14 @@ class FLGraph:
             make_resident(chip, stale, keep_address=True)
         rt = chip.runtime
         ok = rt.ok
+        prog = self._prog if not self._rng_calls else self._repointed()
         if launch.WATCH.active or torch.autograd.profiler._is_profiler_enabled:
-            for (cfn, args), label in zip(self._prog, self._labels):
+            for (cfn, args), label in zip(prog, self._labels):
                 st = launch.kernel(chip, label, cfn, args)
                 if st != ok:
                     raise rt.error(st, label)
         else:
-            for i, (cfn, args) in enumerate(self._prog):
+            for i, (cfn, args) in enumerate(prog):
                 st = cfn(*args)
                 if st != ok:
                     raise rt.error(st, self._labels[i])
@@ -164,6 +188,22 @@ class FLGraph:
         s = chip.stats
         s.graph_replays += 1
         s.replayed_kernels += len(self._prog)
+
+    def _repointed(self) -> list:
+        """The calls with this replay's seeds and offsets; each generator
+        advances by what the graph consumes (CUDA's replay_prologue)."""
+        base = {}
+        for gen, words in self._rng_used.items():
+            seed, offset = gen.take(words)
+            base[gen] = (seed, offset)
+        prog = list(self._prog)
+        for idx, seed_pos, offset_pos, gen, intra in self._rng_calls:
+            cfn, args = prog[idx]
+            args = list(args)
+            seed, offset = base[gen]
+            args[seed_pos], args[offset_pos] = seed, offset + intra
+            prog[idx] = (cfn, tuple(args))
+        return prog
 
     def reset(self) -> None:
         """Drops the capture and gives its private memory back."""

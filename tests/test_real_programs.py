@@ -381,10 +381,14 @@ def test_seeded_dropout_is_reproducible_on_a_chip(x1):
     assert torch.equal(F.dropout(x, 0.5).cpu(), d)
     with torch.random.fork_rng(devices=[x1.index], device_type="fl"):
         F.dropout(x, 0.5)
-    g = torch.fl.Generator()
+    # an fl generator: its own (seed, offset) on the chip (not the CPU's numbers, as on CUDA)
+    g = torch.fl.Generator(x1)
     g.manual_seed(3)
     e = torch.randn(5, device=x1, generator=g).cpu()
-    assert torch.equal(e, torch.randn(5, generator=torch.Generator().manual_seed(3)))
+    g.manual_seed(3)
+    assert torch.equal(torch.randn(5, device=x1, generator=g).cpu(), e)
+    torch.fl.set_rng_state(torch.tensor([3] + [0] * 15, dtype=torch.uint8), x1)     # seed 3, offset 0
+    assert torch.equal(torch.randn(5, device=x1).cpu(), e)
 
 
 def test_pin_memory_and_a_pinning_dataloader(x1):

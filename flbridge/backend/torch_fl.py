@@ -10,6 +10,7 @@ import torch
 from .. import graphs as _graphs
 from ..devices import chip_for, current_device, lazy_init, set_current_index, set_device
 from ..devices import table as devices
+from ..routing import FlGenerator, counter_based, default_generator, seed_later
 from . import streams as _streams
 
 
@@ -57,6 +58,10 @@ class _DeviceContext:
 
 def _chip(device):
     return chip_for(current_device() if device is None else device)
+
+
+def _gen(device):
+    return default_generator(_chip(device))
 
 
 def _fmt(n: int) -> str:
@@ -218,61 +223,71 @@ class FlModule(types.ModuleType):
             c.allocator.empty_cache()
 
     # ---------------------------------------------------------------- RNG
-    # Random ops run on the host from each chip's generator (a CPU
-    # torch.Generator): seeding, states and forks behave as torch.cuda's.
+    # Each chip's generator (flbridge.routing.rng): a (seed, offset) like
+    # CUDA's philox generator on a chip with counter-based random kernels,
+    # else a CPU torch.Generator its random ops draw from on the host.
+    # Seeding, states and forks behave as torch.cuda's.
 
     @staticmethod
     def manual_seed(seed: int) -> None:
         if devices.device_count():
-            _chip(None).generator.manual_seed(int(seed))
+            _gen(None).manual_seed(int(seed))
+        else:                       # before the first use: applied at initialization, as torch.cuda does
+            seed_later("current", seed)
 
     @staticmethod
     def manual_seed_all(seed: int) -> None:
+        if not devices.device_count():
+            seed_later("all", seed)
         for c in devices.chips():
-            c.generator.manual_seed(int(seed))
+            default_generator(c).manual_seed(int(seed))
 
     @staticmethod
     def seed() -> None:
         if devices.device_count():
-            _chip(None).generator.seed()
+            _gen(None).seed()
 
     @staticmethod
     def seed_all() -> None:
         for c in devices.chips():
-            c.generator.seed()
+            default_generator(c).seed()
 
     @staticmethod
     def initial_seed() -> int:
-        return _chip(None).generator.initial_seed()
+        return _gen(None).initial_seed()
 
     @staticmethod
     def get_rng_state(device="fl") -> torch.Tensor:
-        return _chip(device).generator.get_state()
+        return _gen(device).get_state()
 
     @staticmethod
     def set_rng_state(new_state: torch.Tensor, device="fl") -> None:
-        _chip(device).generator.set_state(new_state)
+        _gen(device).set_state(new_state)
 
     @staticmethod
     def get_rng_state_all() -> list:
-        return [c.generator.get_state() for c in devices.chips()]
+        return [default_generator(c).get_state() for c in devices.chips()]
 
     @staticmethod
     def set_rng_state_all(states) -> None:
         for c, s in zip(devices.chips(), states):
-            c.generator.set_state(s)
+            default_generator(c).set_state(s)
 
     @property
     def default_generators(self) -> tuple:
-        return tuple(c.generator for c in devices.chips())
+        return tuple(default_generator(c) for c in devices.chips())
 
     @staticmethod
     def Generator(device=None):  # noqa: N802 - torch.Generator's spelling
-        """A generator for random ops on fl tensors.  torch 2.13 gives a
-        Python backend no hook for `torch.Generator(device="fl")`; fl random
-        ops draw on the host, so this is a CPU generator seeded like a new
-        one (pass it as `generator=` to fl ops)."""
-        _chip(device)  # the device must exist
+        """A generator for random ops on fl tensors (pass it as `generator=`).
+        torch 2.13 gives a Python backend no hook for
+        `torch.Generator(device="fl")`.  On a chip with counter-based random
+        kernels this is an fl generator (a seed and an offset, drawn from by
+        the chip's kernels); on another chip, whose random ops draw on the
+        host, a CPU generator seeded like a new one."""
+        c = _chip(device)
+        if counter_based(c):
+            return FlGenerator(_chip=c)
         return torch.Generator(device="cpu")
 
     # ----------------------------------------------------- graphs (replay)

@@ -8,6 +8,14 @@ names from the header and decides, once, where each C argument comes from:
 * `<name>_len` for the length of a list argument;
 * `out` (or the names under `outputs:`) for the tensors the op returns.
 
+A C integer may also come from an *expression* over the op's arguments
+and the header's constants, in C syntax (``"(amsgrad ? TH1_ADAM_AMSGRAD : 0)
+| TH1_ADAM_DECOUPLED"``); the same expressions state when a kernel takes a
+call (``constraints.require``, ``constraints.may_be_empty``) and how many
+random words an element takes (``rng.words_per_element``).  An op entry with
+``rng`` names the C parameters that take the chip generator's seed and
+offset, filled per call by the router (:mod:`flbridge.routing.rng`).
+
 The result is a flat tuple of steps the router executes per call.  Every
 aten argument must be consumed, ignored (`ignore_args`), pinned by a value
 constraint, or have a default that the call is checked against at run time;
@@ -16,10 +24,11 @@ otherwise the spec is wrong and the problem is reported at load.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..errors import BindError
+from ..errors import BindError, CExprError, NotConstant
 from ..specs import NO_DEFAULT, OpEntry, OpInfo, info
+from .cexpr import evaluate, tokenize
 from .header import Function
 
 INT_TYPES = {"int", "long", "short", "long long", "unsigned", "unsigned int", "unsigned long",
@@ -32,8 +41,89 @@ BOOL_TYPES = {"bool", "_Bool"}
 
 # step kinds
 TENSOR, OUTPUT, INT, FLOAT, BOOL, INTLIST, LENGTH, STRING, MAPPED, CONST, TENSORLIST = range(11)
+EXPR, RNG_SEED, RNG_OFFSET = range(11, 14)
 
 _LEN = re.compile(r"^len\((\w+)\)$")
+_NAME = re.compile(r"^\s*\w+\s*$")
+_LEN_IN = re.compile(r"\blen\(\s*(\w+)\s*\)")
+
+
+class Missing(Exception):
+    """An expression names an argument that is None in this call."""
+
+
+# aten argument kinds an expression may name (a tensor list stands for its length)
+EXPR_KINDS = ("int", "float", "bool", "number", "tensor[]")
+
+
+@dataclass(frozen=True)
+class ArgExpr:
+    """An expression over an op's arguments and the header's constants, in
+    C syntax (flbridge.binding.cexpr): bools are 0/1, a tensor list is its
+    length, floats compare as numbers."""
+    text: str
+    args: tuple            # (name, aten index) of the arguments it names
+    constants: tuple       # (name, value) of the header constants it names
+
+    def value(self, vals):
+        """Its value for these (normalized) arguments; raises Missing for
+        an argument that is None, CExprError for one it cannot compute."""
+        env = dict(self.constants)
+        for name, i in self.args:
+            v = vals[i]
+            if v is None:
+                raise Missing(name)
+            env[name] = len(v) if isinstance(v, (list, tuple)) else int(v) if isinstance(v, bool) else v
+
+        def ident(name):
+            return env[name]
+        try:
+            return evaluate(self.text, ident)
+        except TypeError as e:      # a float where C takes an integer (a shift, say)
+            raise CExprError(f"{self.text!r}: {e}") from None
+
+
+def compile_expr(text: str, opi, header, where: str) -> ArgExpr:
+    """Checks `text` (its syntax, every name an argument of the op an
+    expression can use, or a constant of the header) once, at bind time.
+    `len(x)` of a tensor list is its length (as the list's name alone)."""
+    given = text
+    for m in _LEN_IN.finditer(given):
+        a = opi.by_name.get(m.group(1))
+        if a is None or a.kind != "tensor[]":
+            raise BindError(f"{where}: {given!r}: len() takes a tensor list argument of {opi.qualname}, "
+                            f"not '{m.group(1)}'")
+    text = _LEN_IN.sub(r"\1", given)
+    try:
+        toks = tokenize(text)
+    except CExprError as e:
+        raise BindError(f"{where}: {given!r} is not an expression: {e}") from None
+    args, consts = {}, {}
+    for kind, val in toks:
+        if kind != "ident" or val in args or val in consts:
+            continue
+        a = opi.by_name.get(val)
+        if a is not None:
+            if a.kind not in EXPR_KINDS:
+                raise BindError(f"{where}: {given!r} names '{val}', a {a.kind} argument of {opi.qualname} "
+                                f"(an expression takes numbers, bools and the lengths of tensor lists)")
+            args[val] = a.index
+            continue
+        c = header.constant(val) if header is not None else None
+        if c is None:
+            names = ", ".join(a.name for a in opi.args if a.kind in EXPR_KINDS)
+            raise BindError(f"{where}: {given!r} names '{val}', which is neither an argument of {opi.qualname} "
+                            f"({names or 'it has none an expression can use'}) nor a constant of the header")
+        consts[val] = c
+    try:
+        evaluate(text, lambda name: consts.get(name, 1))
+    except NotConstant as e:
+        raise BindError(f"{where}: {given!r}: {e}") from None
+    except CExprError as e:
+        msg = str(e)
+        if "division by zero" not in msg and "shift" not in msg:   # fine for other values
+            raise BindError(f"{where}: {given!r} is not an expression: {msg}") from None
+    return ArgExpr(text, tuple(args.items()), tuple(consts.items()))
 
 
 @dataclass(frozen=True)
@@ -43,6 +133,11 @@ class Plan:
     out_params: tuple      # per aten return: index of its C parameter, or None
     unconsumed: tuple      # (aten index, name, default) checked at run time
     consumed: frozenset    # aten indices the kernel receives
+    require: tuple = ()    # ArgExprs that must be nonzero for the kernel to take a call
+    may_be_empty: dict = field(default_factory=dict)   # tensor list index -> ArgExpr or None (always)
+    rng_words: object = None   # words per element: an int, or an ArgExpr (random ops)
+    generator: int | None = None   # aten index of the op's `generator` argument (random ops)
+    expr_args: frozenset = frozenset()   # aten indices any expression reads (keyed by value)
 
 
 def type_aliases(ffi, header, ctype: str) -> set:
@@ -77,8 +172,10 @@ def classify_param(p, struct_types: set[str], enum_types: set[str]) -> str:
     return "other"
 
 
-def plan_call(entry: OpEntry, fn: Function, struct_types: set[str], enum_types: set[str]) -> Plan:
-    """Binds `fn`'s parameters to `entry.op`'s schema; raises BindError."""
+def plan_call(entry: OpEntry, fn: Function, struct_types: set[str], enum_types: set[str],
+              header=None) -> Plan:
+    """Binds `fn`'s parameters to `entry.op`'s schema; raises BindError.
+    `header`: for the constants expressions name."""
     opi: OpInfo = info(entry.op)
     names = [p.name for p in fn.params]
     if any(n is None for n in names):
@@ -87,6 +184,18 @@ def plan_call(entry: OpEntry, fn: Function, struct_types: set[str], enum_types: 
     for key in list(entry.args) + list(entry.bind):
         if key not in names:
             raise BindError(f"{fn.name} has no parameter '{key}' (it has: {', '.join(names)})")
+    rng = entry.rng
+    if rng is not None:
+        for role, pname in (("seed", rng.seed), ("offset", rng.offset)):
+            if pname not in names:
+                raise BindError(f"rng.{role}: {fn.name} has no parameter '{pname}' (it has: {', '.join(names)})")
+            if pname in entry.args or pname in entry.bind:
+                raise BindError(f"rng.{role}: {fn.name} parameter '{pname}' is also given under "
+                                f"{'args' if pname in entry.args else 'bind'}")
+            p = fn.params[names.index(pname)]
+            if classify_param(p, struct_types, enum_types) != "int":
+                raise BindError(f"rng.{role}: {fn.name} parameter '{pname}' ({p.ctype}) must be an integer "
+                                f"(an unsigned 64-bit one holds every {role})")
     outputs = entry.outputs
     if outputs is None:
         outputs = [None] * len(opi.rets)
@@ -106,10 +215,33 @@ def plan_call(entry: OpEntry, fn: Function, struct_types: set[str], enum_types: 
         if pname not in names:
             raise BindError(f"outputs: {fn.name} has no parameter '{pname}' (it has: {', '.join(names)})")
         out_params[ri] = names.index(pname)
-    steps, consumed = [], set()
+    steps, consumed, exprs = [], set(), []
     for ci, p in enumerate(fn.params):
         kind = classify_param(p, struct_types, enum_types)
-        steps.append(_step(entry, opi, fn, p, kind, ci, out_params, consumed))
+        if rng is not None and p.name in (rng.seed, rng.offset):
+            steps.append((RNG_SEED if p.name == rng.seed else RNG_OFFSET, None, None))
+            continue
+        steps.append(_step(entry, opi, fn, p, kind, ci, out_params, consumed, header))
+        if steps[-1][0] == EXPR:
+            exprs.append(steps[-1][1])
+    cons = entry.constraints
+    require = tuple(compile_expr(t, opi, header, "constraints.require") for t in cons.require)
+    may_be_empty = {}
+    for name, cond in cons.may_be_empty.items():
+        a = _arg(opi, name, "constraints.may_be_empty")
+        may_be_empty[a.index] = compile_expr(cond, opi, header, f"constraints.may_be_empty.{name}") \
+            if cond.strip() else None
+    words = generator = None
+    if rng is not None:
+        w = rng.words_per_element
+        words = compile_expr(w, opi, header, "rng.words_per_element") if isinstance(w, str) else int(w)
+        g = opi.by_name.get("generator")
+        if g is not None:
+            generator = g.index
+            consumed.add(g.index)      # the generator's state is what seed and offset receive
+    checks = list(require) + [x for x in may_be_empty.values() if x is not None] + \
+        ([words] if isinstance(words, ArgExpr) else [])
+    expr_args = frozenset(i for x in exprs + checks for _, i in x.args)
     # every return must be produced by the kernel, alias an input it writes,
     # or be declared as not produced (null in outputs)
     for ri, ret in enumerate(opi.rets):
@@ -132,10 +264,11 @@ def plan_call(entry: OpEntry, fn: Function, struct_types: set[str], enum_types: 
                             f"(constraints: {{{a.name}: [...]}}), or list it under ignore_args if it "
                             f"does not change the result")
         unconsumed.append((a.index, a.name, a.default))
-    return Plan(fn.name, tuple(steps), tuple(out_params), tuple(unconsumed), frozenset(consumed))
+    return Plan(fn.name, tuple(steps), tuple(out_params), tuple(unconsumed), frozenset(consumed),
+                require, may_be_empty, words, generator, expr_args)
 
 
-def _step(entry, opi, fn, p, kind, ci, out_params, consumed):
+def _step(entry, opi, fn, p, kind, ci, out_params, consumed, header=None):
     name = p.name
     where = f"{fn.name} parameter '{name}'"
     if ci in out_params:
@@ -162,6 +295,13 @@ def _step(entry, opi, fn, p, kind, ci, out_params, consumed):
         return (MAPPED, a.index, dict(src["map"]))
     if not isinstance(src, str):
         raise BindError(f"args.{name}: {src!r} is not an aten argument name (use bind: for constants)")
+    if not _NAME.match(src) and not _LEN.match(src):
+        # an expression over the arguments (and the header's constants): an integer per call
+        if kind != "int":
+            raise BindError(f"{where} ({p.ctype}) receives the expression {src!r}: it must be an integer")
+        x = compile_expr(src, opi, header, f"args.{name}")
+        consumed.update(i for _, i in x.args)
+        return (EXPR, x, None)
     m = _LEN.match(src)
     if m:
         a = _arg(opi, m.group(1), where)

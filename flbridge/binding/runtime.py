@@ -567,7 +567,7 @@ def _bind_op(header: Header, dtype_codes: dict, entry: OpEntry, function, prob, 
             continue
         quirk_fns[arg] = qf
     try:
-        plan = plan_call(entry, header.functions[entry.impl], struct_types, enum_types)
+        plan = plan_call(entry, header.functions[entry.impl], struct_types, enum_types, header)
     except BindError as e:
         prob(where, f"{entry.path} ({entry.qualname} -> {entry.impl})", str(e))
         return None

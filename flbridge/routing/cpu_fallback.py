@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..binding import launch
+from . import rng
 from ..errors import NestedNotSupported, QuantizedNotSupported
 from ..specs import WRITE_ONLY
 from ..tensor import (Storage, XPUTensor, covers_storage, host_address, host_bytes, host_view, new_tensor,
@@ -141,23 +142,34 @@ def _device_mismatch(a, b):
 
 
 def _run_seeded(route, cargs, ckwargs):
-    """Random ops draw from the chip's generator, not the CPU's."""
+    """Random ops draw from the chip's generator, not the CPU's.  A
+    counter-based chip's (seed, offset) seeds a CPU generator for the call
+    and advances (flbridge.routing.rng), so host draws replay with the state;
+    a CPU torch.Generator passed as generator= is used as given."""
     chip = route.chip
     opi = route.opi
     g = opi.by_name.get("generator")
+    given = None
+    if g is not None:
+        given = cargs[g.index] if g.index < len(cargs) else ckwargs.get("generator")
+    fl_gen = rng.default_generator(chip) if given is None else rng.lookup(given)
+    if fl_gen is not None and type(fl_gen) is rng.FlGenerator:
+        host = fl_gen.host_draw()                    # a CPU generator seeded for this call
+    else:
+        host = given if given is not None else chip.generator
     if g is not None:
         if g.index < len(cargs):
-            if cargs[g.index] is None:
-                cargs[g.index] = chip.generator
-        elif ckwargs.get("generator") is None:
-            ckwargs["generator"] = chip.generator
+            cargs[g.index] = host
+        else:
+            ckwargs["generator"] = host
         return route.func(*cargs, **ckwargs)
     saved = torch.default_generator.get_state()
-    torch.default_generator.set_state(chip.generator.get_state())
+    torch.default_generator.set_state(torch.Generator.get_state(host))
     try:
         return route.func(*cargs, **ckwargs)
     finally:
-        chip.generator.set_state(torch.default_generator.get_state())
+        if host is chip.generator and type(host) is not rng.FlGenerator:
+            host.set_state(torch.default_generator.get_state())
         torch.default_generator.set_state(saved)
 
 

@@ -114,3 +114,7 @@ def _weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
 ADDED = {
     aten._weight_norm_interface_backward.default: _weight_norm_interface_backward,
 }
+
+# random ops through the chip's random kernels, and the full max/min reductions
+from .randomops import RANDOM  # noqa: E402
+ADDED.update(RANDOM)

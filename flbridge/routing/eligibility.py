@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import torch
 
+from ..binding import callplan as B
 from ..specs import dtype_name
 from .reasons import Reason
+from .rng import lookup, resolve
 
 
 def why_not(k, vals, meta: bool = False):
@@ -33,7 +35,7 @@ def why_not(k, vals, meta: bool = False):
         if not isinstance(v, torch.Tensor):
             continue  # a Python number: passed as a device constant
         if v.device != chip.device and not (meta and v.device.type == "meta"):   # meta: stands for the chip's
-            if v.device.type == "cpu" and v.dim() == 0:
+            if v.device.type == "cpu" and v.dim() == 0 and idx not in k.mutated:
                 continue
             return Reason("device", f"{name} is on {v.device}")
         allowed = e.arg_dtypes.get(name, e.dtypes)
@@ -45,10 +47,27 @@ def why_not(k, vals, meta: bool = False):
         if v.dim() > max_dims:
             return Reason("dims", f"{name} has {v.dim()} dims ({chip.device_type} descriptors hold "
                                   f"at most {max_dims})")
+    length = first = None
     for idx, name in k.tensor_lists:
         items = vals[idx]
         if not items:
-            return Reason("argument", f"{name} is empty")
+            if idx not in k.plan.may_be_empty:
+                return Reason("argument", f"{name} is empty")
+            cond = k.plan.may_be_empty[idx]
+            if cond is not None:
+                r = _holds(cond, vals, f"{name} is empty")
+                if r is not None:
+                    return r
+            continue
+        # lists passed together are parallel: one length, and element i of
+        # each list the kernel computes on has element i's shape of the first
+        if length is None:
+            length, first = len(items), (idx, name)
+        elif len(items) != length:
+            return Reason("argument", f"{name} has {len(items)} tensors and {first[1]} {length} "
+                                      f"({e.impl} takes lists of one length)")
+        same_shape = name not in e.arg_dtypes and first[0] != idx and first[1] not in e.arg_dtypes
+        exact = k.cons.numel.get(name)
         dtype = None
         for i, v in enumerate(items):
             if not isinstance(v, torch.Tensor) or \
@@ -63,6 +82,27 @@ def why_not(k, vals, meta: bool = False):
             if v.dim() > max_dims or v.numel() == 0:
                 return Reason("dims", f"{name}[{i}] has {v.dim()} dims and {v.numel()} elements "
                                       f"({e.impl} takes non-empty tensors of at most {max_dims} dims)")
+            if exact is not None and v.numel() != exact:
+                return Reason("constraint", f"{name}[{i}] has {v.numel()} elements ({e.impl} takes {exact})")
+            if same_shape and v.shape != vals[first[0]][i].shape:
+                return Reason("argument", f"{name}[{i}] is {list(v.shape)} but {first[1]}[{i}] is "
+                                          f"{list(vals[first[0]][i].shape)}")
+    if k.cons.numel:
+        for idx, name, _ in k.tensor_args:
+            n = k.cons.numel.get(name)
+            v = vals[idx]
+            if n is not None and isinstance(v, torch.Tensor) and v.numel() != n:
+                return Reason("constraint", f"{name} has {v.numel()} elements ({e.impl} takes {n})")
+    for x in k.plan.require:
+        r = _holds(x, vals, "")
+        if r is not None:
+            return r
+    gi = k.plan.generator
+    if gi is not None and vals[gi] is not None and resolve(chip, vals[gi]) is None:
+        other = lookup(vals[gi])
+        return Reason("generator", f"generator= is {'a generator of ' + str(other.device) if other is not None else 'a CPU torch.Generator'} "
+                                   f"(the chip's random kernels draw from {chip.device}'s generators)",
+                      f"pass torch.fl.Generator({chip.device.index}) to draw on the chip")
     for idx, name, allowed in k.value_checks:
         v = vals[idx]
         items = v if isinstance(v, (list, tuple)) else (v,)
@@ -105,6 +145,19 @@ def why_not(k, vals, meta: bool = False):
         if isinstance(v, torch.Tensor) and v.dim() != len(layout):
             return Reason("layout", f"{name} is {v.dim()}-D but {e.impl} takes it as {layout}")
     return None
+
+def _holds(x, vals, what: str):
+    """None if the expression holds for these arguments, else a Reason."""
+    try:
+        ok = x.value(vals)
+    except B.Missing as m:
+        return Reason("argument", f"{m} is None ({x.text!r} needs a value)")
+    except ValueError as err:
+        return Reason("argument", f"{x.text!r} cannot be computed for these arguments: {err}")
+    if ok:
+        return None
+    return Reason("constraint", f"{what + ' and ' if what else ''}{x.text!r} does not hold")
+
 
 def named_dims(k, vals):
     """{dim name: size} from the tensors named under constraints.sizes, or a

@@ -23,8 +23,9 @@ from ..binding import launch
 from ..binding.launch import WATCH
 from .adapter import Temps, cached_desc, input_desc, output_desc, padded_input, padded_output, tensor_desc
 from .prepare import (S_ADAPT, S_CONSTANT, S_CPU_SCALAR, S_DESC, S_DESCLIST, S_FIXED, S_FLOAT, S_FRESH, S_INT, S_NULL,
-                      S_NUMBER, S_OUT, S_PAD_IN, S_PAD_OUT, Prepared, call_key, prepare)
+                      S_NUMBER, S_OFFSET, S_OUT, S_PAD_IN, S_PAD_OUT, S_SEED, Prepared, call_key, prepare)
 from .reasons import FAILED, Reason
+from .rng import resolve
 
 
 class NativeKernel:
@@ -63,7 +64,10 @@ class NativeKernel:
         # the call itself: keyed by value; every other float by its type
         self.valued_floats = frozenset(
             [i for i, _, _ in self.value_checks] + [i for i, _, _ in self.range_checks]
-            + [i for i, _, _ in self.mapped] + [i for i, _, _ in plan.unconsumed])
+            + [i for i, _, _ in self.mapped] + [i for i, _, _ in plan.unconsumed] + list(plan.expr_args))
+        # tensor lists the kernel writes (the fused optimizers' and GradScaler's)
+        self.written_lists = tuple(a for a, _ in self.tensor_lists if a in self.mutated)
+        self.returns_none = not opi.rets
         self.route_key = (route.qualname, "native", e.impl)
         self.prepared: dict = {}
         # the vendor call as it appears in torch.profiler tables
@@ -144,6 +148,12 @@ class NativeKernel:
                     if not st.dev and st.nbytes:
                         st.alloc_device()
                     written.append(st)
+            for i in self.written_lists:
+                for t in vals[i]:       # read too (made current above): the kernel updates them in place
+                    st = t._st
+                    if not st.dev and st.nbytes:
+                        st.alloc_device()
+                    written.append(st)
         if need is not None:
             make_resident(chip, list(dict.fromkeys(need)))
         cap = launch.STATE.capture
@@ -153,9 +163,12 @@ class NativeKernel:
                         [t._st for i in p.read_lists for t in vals[i]],
                         [o._st for o in outs if type(o) is XPUTensor] + (written or []))
         if p.empty:
-            return outs[0] if p.single else tuple(outs)   # nothing to compute
+            return None if self.returns_none else outs[0] if p.single else tuple(outs)   # nothing to compute
         temps = copybacks = None
         cargs = []
+        rng = p.rng
+        if rng is not None:
+            gen, seed, offset, intra = self._draw(vals, rng, cap)
         try:
             for code, a, b in p.slots:
                 if code == S_DESC:
@@ -193,6 +206,10 @@ class NativeKernel:
                     cargs.append(rt.ffi.new(b, descs))
                     if cap is not None:
                         cap.keep(descs)   # the array points at them: a replay needs them alive
+                elif code == S_SEED:
+                    cargs.append(seed)
+                elif code == S_OFFSET:
+                    cargs.append(offset)
                 elif code == S_PAD_IN:
                     if temps is None:
                         temps = Temps(chip.allocator)
@@ -215,10 +232,14 @@ class NativeKernel:
                 status = launch.kernel(chip, self.label, self.cfn, cargs)
             if status != rt.ok:
                 raise rt.error(status, self.impl)
+            if rng is not None and cap is not None:
+                cap.note_rng(gen, rng[2], rng[3], intra)   # re-pointed at every replay
             if copybacks:
                 for tmp_view, final in copybacks:
                     rt.copy_kernel(tmp_view.desc(rt), final.desc(rt))
         except DeviceError as err:
+            if rng is not None and cap is None:
+                gen.give_back(offset, rng[1])
             self._vendor_failed(err)
             return FAILED
         finally:
@@ -233,7 +254,20 @@ class NativeKernel:
             s.routes[self.route_key] += 1
             if CONFIG.log and "dispatch" in CONFIG.log:
                 log.info("dispatch %s on %s: native %s", self.route.qualname, chip.device_type, self.impl)
-        return outs[0] if p.single else tuple(outs)
+        return None if self.returns_none else outs[0] if p.single else tuple(outs)
+
+    def _draw(self, vals, rng, cap):
+        """(generator, seed, offset, offset within a capture) for a random
+        call consuming rng[1] words: eagerly the generator advances; under
+        graph capture it does not (each replay advances it, as CUDA graphs do)."""
+        i = rng[0]
+        g = vals[i] if i is not None and i < len(vals) else None   # trailing defaults may be left out
+        gen = resolve(self.chip, g)
+        if cap is None:
+            seed, offset = gen.take(rng[1])
+            return gen, seed, offset, 0
+        intra = cap.reserve_rng(gen, rng[1])
+        return gen, gen.initial_seed(), gen.get_offset() + intra, intra
 
     def _vendor_failed(self, err: DeviceError) -> None:
         """Records why; the route's fallback says it once per (op, kind of

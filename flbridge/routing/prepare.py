@@ -19,19 +19,23 @@ from ..binding import callplan as B
 from .argkeys import result_metas
 from .eligibility import padding, why_not
 from .reasons import Reason
+from .rng import generator_key, rng_words
 
 # C-argument slot codes of a prepared call
 (S_DESC, S_NULL, S_NUMBER, S_CPU_SCALAR, S_ADAPT, S_OUT, S_OUT_ADAPT, S_FIXED, S_FLOAT, S_INT, S_FRESH,
- S_CONSTANT, S_PAD_IN, S_PAD_OUT, S_DESCLIST) = range(15)
+ S_CONSTANT, S_PAD_IN, S_PAD_OUT, S_DESCLIST, S_SEED, S_OFFSET) = range(17)
 
 
 class Prepared:
     """One argument key's call: result geometry, which arguments to make
     resident, and the C arguments as slots (code, a, b)."""
-    __slots__ = ("outs", "ref", "out_shape", "read", "read_lists", "slots", "empty", "single")
+    __slots__ = ("outs", "ref", "out_shape", "read", "read_lists", "slots", "empty", "single", "rng")
 
-    def __init__(self, outs, ref, out_shape, read, slots, empty, single, read_lists=()):
+    def __init__(self, outs, ref, out_shape, read, slots, empty, single, read_lists=(), rng=None):
         self.read_lists = read_lists  # arg indices of tensor lists the kernel reads
+        # random ops: (generator arg index or None, words the call consumes,
+        # C positions of the seed and the offset); None for every other op
+        self.rng = rng
         self.outs = outs            # per result: (alias arg index, None) or (None, (shape, strides, dtype, nbytes))
         self.ref = ref              # compute dtype
         self.out_shape = out_shape
@@ -67,6 +71,8 @@ def call_key(vals, valued_floats):
             out.append(_value_key(v))
         elif c is str or isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
             out.append(v)
+        elif isinstance(v, torch.Generator):
+            out.append(generator_key(v))    # each call hands over a new wrapper of the same generator
         else:
             out.append((c, id(v)))
     return tuple(out)
@@ -94,7 +100,8 @@ def prepare(k, given, meta=False):
     reason = why_not(k, vals, meta=meta)
     if reason is not None:
         return reason
-    metas = result_metas(k.route.func, k.opi, vals)
+    # an op that returns nothing (the fused optimizers write their lists) needs no meta kernel
+    metas = result_metas(k.route.func, k.opi, vals) if k.opi.rets else ()
     for m in metas:
         if m is not None and m[2] not in k.rt.dtype_codes:
             return Reason("dtype", f"the result would be {dtype_name(m[2])}, which "
@@ -155,7 +162,8 @@ def prepare(k, given, meta=False):
     empty = all(g is None or g[3] == 0 for a, g in outs if a is None) and all(
         vals[i].numel() == 0 for i in k.mutated if isinstance(vals[i], torch.Tensor)
         and not any(a == i and g is not None for a, g in outs)) \
-        and all(_numel(g[0] if g is not None else vals[a].shape) == 0 for a, g in outs if a is not None)
+        and all(_numel(g[0] if g is not None else vals[a].shape) == 0 for a, g in outs if a is not None) \
+        and not any(t.numel() for i in k.mutated if isinstance(vals[i], (list, tuple)) for t in vals[i])
     slots = []
     ffi = k.rt.ffi
     params = k.rt.header.functions[e.impl].params
@@ -164,7 +172,23 @@ def prepare(k, given, meta=False):
         padded = _padded_shapes(k, vals, pad, out_shape)
         if isinstance(padded, Reason):
             return padded
+    rng = seed_pos = off_pos = None
     for (kind, a, b), param in zip(plan.steps, params):
+        if kind == B.RNG_SEED or kind == B.RNG_OFFSET:
+            if kind == B.RNG_SEED:
+                seed_pos = len(slots)
+            else:
+                off_pos = len(slots)
+            slots.append((S_SEED if kind == B.RNG_SEED else S_OFFSET, None, None))
+            continue
+        if kind == B.EXPR:
+            v = _expr_value(a, vals)
+            if isinstance(v, Reason):
+                return v
+            slots.append((S_FIXED, int(v), None))
+            continue
+        if kind == B.BOOL and vals[a] is None:
+            return Reason("argument", f"{k.opi.args[a].name} is None ({e.impl} takes true or false)")
         if pad and kind == B.TENSOR and a in padded and padded[a][0] != padded[a][1]:
             slots.append((S_PAD_IN, a, padded[a]))
             continue
@@ -207,17 +231,39 @@ def prepare(k, given, meta=False):
             v = _int_list(vals[a], k.list_len[a], True)
             slots.append((S_FIXED, 0 if v is None else len(v), None))
         elif kind == B.TENSORLIST:
-            slots.append((S_DESCLIST, a, f"{param.base} *[]"))
+            if not vals[a]:
+                slots.append((S_FIXED, ffi.NULL, None))     # an empty list (constraints.may_be_empty)
+            else:
+                slots.append((S_DESCLIST, a, f"{param.base} *[]"))
         elif kind == B.STRING:
             slots.append((S_FIXED, vals[a].encode(), None))
         elif kind == B.MAPPED:
             slots.append((S_FIXED, b[vals[a]], None))
         else:  # CONST
             slots.append((S_FIXED, ffi.NULL if a is None else a, None))
-    lists = tuple(a for a, _ in k.tensor_lists)
+    lists = tuple(a for a, _ in k.tensor_lists if vals[a])
     if lists and ref is None:
         ref = vals[lists[0]][0].dtype
-    return Prepared(outs, ref, out_shape, tuple(read), tuple(slots), empty, len(opi.rets) == 1, lists)
+    if plan.rng_words is not None:
+        w = _expr_value(plan.rng_words, vals) if isinstance(plan.rng_words, B.ArgExpr) else plan.rng_words
+        if isinstance(w, Reason):
+            return w
+        # the call consumes what the runtime says for the elements it writes
+        # (the first result, or the written self of an in-place fill)
+        numel = _numel(geo[0][0]) if geo else 0
+        rng = (plan.generator, 0 if meta else rng_words(k.rt, numel, int(w)), seed_pos, off_pos)
+    return Prepared(outs, ref, out_shape, tuple(read), tuple(slots), empty, len(opi.rets) == 1, lists, rng)
+
+
+def _expr_value(x, vals):
+    """An expression's value for these arguments, or the Reason the kernel
+    cannot take them (an argument it needs is None)."""
+    try:
+        return x.value(vals)
+    except B.Missing as m:
+        return Reason("argument", f"{m} is None ({x.text!r} needs a value)")
+    except ValueError as err:   # CExprError
+        return Reason("argument", f"{x.text!r} cannot be computed for these arguments: {err}")
 
 
 def _padded_shapes(k, vals, pad, out_shape):

@@ -18,7 +18,7 @@ from .collectives import check_collectives
 from .reader import LocDict, LocList, bad_path, expand_path
 from .schema import (AMP_DTYPES, COMPUTE_KEYS, DEVICE_TYPE, DTYPE_NAMES, KNOWN_PATHS, LAYOUT_FAMILIES, OP_KEYS,
                      REQUIRED_ROLES, ROLE_PARAMS, TENSOR_FIELDS, TOP_KEYS, Capabilities, Constraints, DeviceSpec,
-                     Fallback, OpEntry, Quirk, RoleFn, RuntimeSpec, TensorStruct, dtype_name)
+                     Fallback, OpEntry, Quirk, RngSpec, RoleFn, RuntimeSpec, TensorStruct, dtype_name)
 
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
@@ -263,6 +263,7 @@ def _check_constraints(ck: Checker, c, opi, where, path, implied: dict) -> Const
         else:
             merged.update(c)
     values, ndim, sizes, mult, mx, rng, present, length, pad = {}, {}, {}, {}, {}, {}, (), {}, ()
+    numel, may_be_empty, require = {}, {}, ()
     locs = c.loc if isinstance(c, LocDict) else (lambda k: where)
     for k, v in merged.items():
         kp = _p(path, k)
@@ -320,6 +321,34 @@ def _check_constraints(ck: Checker, c, opi, where, path, implied: dict) -> Const
                 ck.err(locs(k), kp, "must list dim names, e.g. [M, N, K]")
                 continue
             pad = tuple(lst)
+        elif k == "numel":
+            if not isinstance(v, dict):
+                ck.err(locs(k), kp, "must map tensor (or tensor list) arguments to element counts")
+                continue
+            for a, n in v.items():
+                if a not in opi.by_name or not opi.by_name[a].kind.startswith("tensor"):
+                    ck.err(locs(k), f"{kp}.{a}", f"'{a}' is not a tensor argument of {opi.qualname}")
+                elif not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                    ck.err(locs(k), f"{kp}.{a}", "must be a number of elements (0 or more)")
+                else:
+                    numel[a] = n
+        elif k == "may_be_empty":
+            items = v if isinstance(v, dict) else {a: "" for a in (v if isinstance(v, list) else [v])}
+            for a, cond in items.items():
+                if a not in opi.by_name or opi.by_name[a].kind != "tensor[]":
+                    ck.err(locs(k), f"{kp}.{a}" if isinstance(v, dict) else kp,
+                           f"'{a}' is not a tensor list argument of {opi.qualname}")
+                elif not isinstance(cond, str):
+                    ck.err(locs(k), f"{kp}.{a}", "must be an expression over the arguments, e.g. \"!amsgrad\"")
+                else:
+                    may_be_empty[a] = cond
+        elif k == "require":
+            lst = v if isinstance(v, list) else [v]
+            if not all(isinstance(x, str) and x.strip() for x in lst):
+                ck.err(locs(k), kp, "must be an expression over the arguments (or a list of them), "
+                                    "e.g. \"from < to\"")
+                continue
+            require = tuple(lst)
         elif k in ("multiple_of", "max"):
             if not isinstance(v, dict) or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0
                                                   for n in v.values()):
@@ -343,7 +372,7 @@ def _check_constraints(ck: Checker, c, opi, where, path, implied: dict) -> Const
     if pad and "out" not in sizes:
         ck.err(locs("pad"), f"{path}.pad", "padding needs the result's dims: name them under "
                                            "constraints.sizes.out, e.g. out: [M, N]")
-    return Constraints(values, ndim, sizes, mult, mx, rng, present, length, pad)
+    return Constraints(values, ndim, sizes, mult, mx, rng, present, length, pad, numel, may_be_empty, require)
 
 
 def _no_arg(opi, name) -> str:
@@ -460,10 +489,45 @@ def check_op(ck: Checker, e, where, path, caps: Capabilities, codes: dict,
                 ck.err(e.loc("ignore_args"), f"{path}.ignore_args", _no_arg(opi, a))
         cons = _check_constraints(ck, e.get("constraints"), opi, e.loc("constraints"),
                                   f"{path}.constraints", res.implied_constraints)
+        rng = _check_rng(ck, e, opi, path) if "rng" in e else None
+        if rng is None and "rng" not in e and impl and _draws_random(res.op):
+            ck.err(e.loc("name") if "name" in e else where, f"{path}.rng",
+                   f"{opi.qualname} draws random numbers: name the C parameters that take the chip "
+                   f"generator's seed and offset, e.g. rng: {{seed: seed, offset: offset}}")
         entries.append(OpEntry(res.op, res.qualname, impl or "", dtypes, arg_dtypes, args, bind, outputs,
                                cons, layout, contiguous, broadcast, quirks, ignore, where[0], where[1],
-                               res.alias_of, path))
+                               res.alias_of, path, rng))
     return entries
+
+
+def _draws_random(op) -> bool:
+    return torch.Tag.nondeterministic_seeded in op.tags
+
+
+def _check_rng(ck: Checker, e: LocDict, opi, path: str) -> RngSpec | None:
+    """rng: {seed: <C parameter>, offset: <C parameter>, words_per_element: <int or expression>}"""
+    v = e["rng"]
+    where, rp = e.loc("rng"), f"{path}.rng"
+    if not isinstance(v, LocDict):
+        ck.err(where, rp, "must be a mapping {seed: <C parameter>, offset: <C parameter>} "
+                          "(optionally words_per_element)")
+        return None
+    n = len(ck.problems)
+    ck.keys(v, ("seed", "offset", "words_per_element"), rp, required=("seed", "offset"))
+    seed = ck.typed(v, "seed", str, rp, "the C parameter that takes the generator's seed")
+    offset = ck.typed(v, "offset", str, rp, "the C parameter that takes the generator's offset")
+    if seed is not None and seed == offset:
+        ck.err(v.loc("offset"), f"{rp}.offset", "seed and offset must be two different C parameters")
+    w = v.get("words_per_element", 1)
+    if isinstance(w, bool) or not isinstance(w, (int, str)) or (isinstance(w, int) and w < 0):
+        ck.err(v.loc("words_per_element") if "words_per_element" in v else where, f"{rp}.words_per_element",
+               f"must be a number of words (0 or more) or an expression over the arguments, got {w!r}")
+    if not _draws_random(opi.op):
+        ck.err(where, rp, f"{opi.qualname} draws no random numbers (it is not tagged "
+                          f"nondeterministic_seeded): remove rng")
+    if len(ck.problems) != n:
+        return None
+    return RngSpec(seed, offset, w)
 
 
 def _layout_ok(name) -> bool:
@@ -600,6 +664,12 @@ def check_spec(data: LocDict, path: Path, *, imports: bool = True) -> tuple[Devi
                     ops[entry.op] = entry
     default, decompose, specific = _check_fallback(ck, data.get("fallback_policy"), data.loc("fallback_policy"),
                                                    caps, codes, imports)
+    if rt is not None and "rng_words" not in rt.roles:
+        for entry in list(ops.values()) + [f.entry for f in specific.values() if f.entry is not None]:
+            if entry.rng is not None:
+                ck.err((entry.file, entry.line), f"{entry.path}.rng",
+                       f"{entry.qualname} takes the generator's state, so the runtime must say what a call "
+                       f"consumes: add runtime.rng_words: {{fn: <function>, args: [numel, words_per_element, words]}}")
     coll = check_collectives(ck, data["collectives"], data.loc("collectives"), codes) \
         if "collectives" in data else None
     if ck.problems or rt is None or dt is None:

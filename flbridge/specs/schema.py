@@ -38,10 +38,25 @@ class Constraints:
     present: tuple        # optional tensor args that must be given (not None)
     length: dict          # list arg -> the number of values the kernel reads
     pad: tuple = ()       # multiple_of dims the bridge may zero-pad on the device (sizes "out": the result)
+    numel: dict = field(default_factory=dict)         # tensor (or list) arg -> exact element count (each element)
+    may_be_empty: dict = field(default_factory=dict)  # tensor list arg -> expression ("" = always) under which
+    #                                                   it may be empty (passed as a NULL pointer)
+    require: tuple = ()   # expressions over the arguments that must all hold (C syntax, flbridge.binding.callplan)
 
     def __bool__(self):
         return bool(self.values or self.ndim or self.sizes or self.multiple_of or self.max
-                    or self.range or self.present or self.length)
+                    or self.range or self.present or self.length or self.numel or self.may_be_empty
+                    or self.require)
+
+
+@dataclass(frozen=True)
+class RngSpec:
+    """Which C parameters of an op entry take the chip generator's state
+    (docs/spec-format.md, "rng"): flbridge passes its (seed, offset) and
+    advances the offset by what the call consumes."""
+    seed: str                     # C parameter receiving the seed
+    offset: str                   # C parameter receiving the offset (a word index, a multiple of 4)
+    words_per_element: object = 1  # int, or an expression over the op's arguments ("train ? 1 : 0")
 
 
 @dataclass(frozen=True)
@@ -71,6 +86,7 @@ class OpEntry:
     line: int = 0
     alias_of: str | None = None   # friendly name written in the spec
     path: str = ""                # field path in the spec, for messages
+    rng: RngSpec | None = None    # the generator state's C parameters (random ops)
 
 
 @dataclass(frozen=True)
@@ -169,6 +185,8 @@ ROLE_PARAMS = {
     "kernel_timer": ("ns",),   # out: device ns of the calling thread's last kernel or copy
     "copy": ("src", "dst"),
     "fill": ("dst", "value"),
+    # the words a random kernel consumes for `numel` elements (counter-based generators)
+    "rng_words": ("numel", "words_per_element", "words"),
 }
 REQUIRED_ROLES = ("init", "last_error", "malloc", "free", "memcpy_h2d", "memcpy_d2h")
 TENSOR_FIELDS = ("data", "ndim", "shape", "strides", "dtype")
@@ -177,7 +195,7 @@ COMPUTE_KEYS = ("peak_tflops_fp32", "peak_tflops_fp16", "peak_tflops_bf16", "pea
 TOP_KEYS = ("device_type", "vendor", "chip_model", "driver_version", "runtime_so", "runtime_header",
             "description", "capabilities", "runtime", "supported_ops", "fallback_policy", "collectives")
 OP_KEYS = ("name", "impl", "dtype_support", "arg_dtypes", "args", "bind", "outputs", "constraints",
-           "layout", "contiguous", "broadcast", "dtype_quirks", "ignore_args")
+           "layout", "contiguous", "broadcast", "dtype_quirks", "ignore_args", "rng")
 KNOWN_PATHS = (
     [*TOP_KEYS, "extends", "capabilities.dtypes", "capabilities.amp_dtype", "capabilities.memory",
      "capabilities.memory.total_gb", "capabilities.memory.bandwidth_gbps", "capabilities.compute",

@@ -280,6 +280,10 @@ def find_roles(header: Header, prefix: str, struct_types: set, enum_types: set) 
     add("fill", pick("fill", lambda f, w, k: re.search(r"(^|_)(fill|memset|set_?value)($|_)", w)
                      and sorted(k) == ["desc", "float"]),
         {"dst": r".", "value": r"val|scalar|^v$"})
+    add("rng_words", pick("rng_words", lambda f, w, k: re.search(r"(^|_)(rng|random|philox)(_|$)", w)
+                          and re.search(r"(^|_)words?($|_)", w) and len(f.params) == 3
+                          and f.params[2].pointer_depth == 1 and not any(p.pointer_depth for p in f.params[:2])),
+        {"numel": r"numel|num_?el|elements?$|count|^n$", "words_per_element": r"per", "words": r"^words?$|out"})
     if "fill" in roles:   # by type: the descriptor is dst, the number is value
         f = header.functions[roles["fill"].fn]
         order = tuple("dst" if classify_param(p, struct_types, enum_types) == "desc" else "value" for p in f.params)
