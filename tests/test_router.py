@@ -534,3 +534,16 @@ def test_an_op_reached_again_inside_its_own_decomposition_goes_on_down_the_chain
     x = torch.arange(4.0, dtype=torch.float64).to(dev).requires_grad_()
     (x * x).sum().backward()     # backward() starts from ones_like(loss)
     assert torch.equal(x.grad.cpu(), 2 * torch.arange(4.0, dtype=torch.float64))
+
+
+def test_new_zeros_ones_full_are_made_on_the_chip(th1):
+    """torch's decomposition of new_ones & co. ends in a factory prim no chip
+    runs (HF models call new_ones every step): they allocate and fill there."""
+    src = torch.ones(2, 3).to(th1)
+    flbridge.reset_stats(th1)
+    outs = (src.new_ones((2, 2)), src.new_zeros(3, dtype=torch.int64), src.new_full((2,), 2.5))
+    assert flbridge.stats(th1)["cpu_fallback_ops"] == 0
+    assert [o.device for o in outs] == [src.device] * 3
+    assert outs[0].cpu().tolist() == [[1.0, 1.0], [1.0, 1.0]]
+    assert outs[1].dtype == torch.int64 and outs[1].cpu().tolist() == [0, 0, 0]
+    assert outs[2].cpu().tolist() == [2.5, 2.5]

@@ -12,6 +12,10 @@ the CPU, each of these raises :class:`flbridge.errors.QuantizedNotSupported`:
   (``torch.quantize_per_tensor(fl_tensor, ...)``);
 * ``model.to("fl")`` / ``model.fl()`` / ``flbridge.wrap(model)`` of a model
   that holds quantized modules, checked before anything moves.
+
+The exception: ``torch.ao.quantization.quantize_dynamic`` Linear modules with
+qint8 weights move (their op takes float fl tensors and runs through the
+chip's int8 GEMM, flbridge/routing/qlinear.py).
 """
 from __future__ import annotations
 
@@ -27,9 +31,21 @@ _QUANTIZED_PACKAGES = ("torch.ao.nn.quantized.", "torch.ao.nn.intrinsic.quantize
 
 
 
+def _runs_on_fl(m) -> bool:
+    """A dynamically quantized Linear with a qint8 weight: its op,
+    quantized::linear_dynamic, takes a float input on fl and runs there
+    (flbridge.routing.qlinear); its packed weight stays where PyTorch keeps
+    it and is uploaded on first use."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+    return type(m) is DynamicLinear and m._packed_params.dtype == torch.qint8
+
+
 def _quantized_part(module: torch.nn.Module):
     """The qualified name of the first quantized submodule / tensor, or None."""
+    allowed = tuple(f"{name}." if name else "" for name, m in module.named_modules() if _runs_on_fl(m))
     for name, m in module.named_modules():
+        if allowed and any(name.startswith(a) or f"{name}." == a for a in allowed):
+            continue
         mod = type(m).__module__ + "."
         if mod.startswith(_QUANTIZED_PACKAGES) and ".reference." not in mod:
             return name or type(m).__name__
@@ -49,6 +65,10 @@ def check_move(module: torch.nn.Module, device) -> None:
     part = _quantized_part(module)
     if part is not None:
         raise QuantizedNotSupported(f"moving {type(module).__name__} to {device}: {part!r} is quantized")
+    from ..routing import qlinear
+    for m in module.modules():
+        if _runs_on_fl(m):
+            qlinear.keep_on_device(m._packed_params._packed_params)
 
 
 def _guard_to(to):

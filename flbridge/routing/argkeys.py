@@ -37,7 +37,7 @@ def arg_key(v, chip=None):
     if isinstance(v, (int, float, bool)):
         return (type(v), v)
     return v if isinstance(v, (str, type(None), torch.dtype, torch.device, torch.layout,
-                                torch.memory_format)) else (type(v), id(v))
+                                torch.memory_format)) else _identity(v)
 
 
 def shape_key(v):
@@ -53,7 +53,19 @@ def shape_key(v):
     if isinstance(v, (int, float, bool, complex)):
         return type(v)
     return v if isinstance(v, (str, type(None), torch.dtype, torch.device, torch.layout,
-                                torch.memory_format)) else (type(v), id(v))
+                                torch.memory_format)) else _identity(v)
+
+
+def _identity(v):
+    """Any other argument by identity.  A TorchScript object (quantized
+    packed weights) reaches each call in a new Python wrapper of the same
+    C++ object: its hash names the object, its id() only the wrapper."""
+    if isinstance(v, torch.ScriptObject):
+        try:
+            return (type(v), hash(v))
+        except TypeError:
+            pass
+    return (type(v), id(v))
 
 
 def meta_key(args, kwargs):

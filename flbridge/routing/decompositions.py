@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import torch
 
+from .integer import INT8_MATMUL
+from .qlinear import QUANTIZED_LINEAR
+
 aten = torch.ops.aten
 
 
@@ -113,6 +116,8 @@ def _weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
 # ops with a CPU kernel but no torch._decomp decomposition
 ADDED = {
     aten._weight_norm_interface_backward.default: _weight_norm_interface_backward,
+    **INT8_MATMUL,      # int8 mm/addmm/bmm through the int8 GEMM (integer.py)
+    **QUANTIZED_LINEAR,  # quantize_dynamic's Linear through the int8 GEMM (qlinear.py)
 }
 
 # random ops through the chip's random kernels, and the full max/min reductions

@@ -105,6 +105,7 @@ SPECIAL_HANDLERS = {   # SPECIAL_OPS name -> handler(func, args, kwargs)
     "item": crossings.item,
     "empty_like": crossings.empty_like,
     "full_like": crossings.full_like,
+    "new_fill": crossings.on_device(crossings.new_fill),   # new_zeros(..., device=other) made there
     "identity": crossings.identity,
     "sdp_choice": crossings.sdp_choice,
     "set_": metaops.set_,

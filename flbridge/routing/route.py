@@ -70,7 +70,9 @@ def _decompositions_of(func) -> tuple:
     torch._decomp's table, flbridge's own (decompositions.ADDED), torch._refs
     (for the default overload), the op's CompositeImplicitAutograd kernel."""
     if func.namespace != "aten":
-        return ()      # prims and other namespaces: the leaves decompositions end in
+        # prims and other namespaces: the leaves decompositions end in, but
+        # for flbridge's own (quantized::linear_dynamic)
+        return (ADDED[func],) if func in ADDED else ()
     found = []
     for table in (decomposition_table, ADDED):
         d = table.get(func)

@@ -127,6 +127,20 @@ def full_like(func, args, kwargs):
 
 
 
+def new_fill(func, args, kwargs):
+    """new_zeros / new_ones / new_full on the tensor's own chip: allocate
+    there (new_empty), then fill there (routed like any op; torch's
+    decomposition of these ends in a factory prim no chip runs)."""
+    self, size = args[0], args[1]
+    if func is aten.new_full.default:
+        value = args[2] if len(args) > 2 else kwargs["fill_value"]
+        rest = {k: v for k, v in kwargs.items() if k != "fill_value"}
+    else:
+        value = 1 if func is aten.new_ones.default else 0
+        rest = kwargs
+    return aten.fill_.Scalar(aten.new_empty.default(self, size, **rest), value)
+
+
 def _capture_error(what):
     return GraphCaptureError(f"{what} during graph capture: host data cannot be replayed. Copy new data into "
                              f"static device tensors before replay(), and read results after it")

@@ -477,6 +477,9 @@ def check_op(ck: Checker, e, where, path, caps: Capabilities, codes: dict,
                     qp = f"{path}.dtype_quirks.{a}"
                     if a not in opi.by_name:
                         ck.err(dq.loc(a), qp, _no_arg(opi, a))
+                    elif opi.by_name[a].kind not in ("tensor", "tensor?"):
+                        ck.err(dq.loc(a), qp, f"{a} is a {opi.by_name[a].kind} argument of {opi.qualname}; a "
+                               f"dtype quirk converts a tensor the kernel reads")
                     if not isinstance(q, LocDict) or set(q) != {"pass_as", "convert"}:
                         ck.err(dq.loc(a), qp, "must be {pass_as: <dtype>, convert: <vendor function>}")
                         continue

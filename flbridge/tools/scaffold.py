@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -43,6 +43,7 @@ class Scaffold:
     roles: dict
     ops: list
     left: list                  # what the vendor still has to fill in (messages)
+    unplaced: dict = field(default_factory=dict)   # C function matched to no op -> why
 
 
 def _confidence(score: float) -> str:
@@ -97,7 +98,7 @@ def scaffold(header_path: str | Path, so_path: str | Path, name: str, *, vendor:
     floats = tuple(d for d in (torch.float32, torch.float16, torch.bfloat16) if d in codes) or \
         tuple(list(codes)[:1])
     roles = find_roles(header, prefix, struct_types, enum_types)
-    ops, unmatched = find_ops(header, prefix, roles, floats, codes, struct_types, enum_types) \
+    ops, unmatched = find_ops(header, prefix, roles, floats, codes, struct_types, enum_types, lines) \
         if struct and codes else ([], [])
 
     def rel(p: Path) -> str:
@@ -197,14 +198,15 @@ def scaffold(header_path: str | Path, so_path: str | Path, name: str, *, vendor:
             out.append(f"    {k}: {yaml_value(v)}")
     out += ["", "fallback_policy:", "  default: cpu      # ops the chip lacks run on the CPU (warned once each)"]
     if unmatched:
-        out += ["", "# C functions taking descriptors that matched no aten op (map them by hand, or use them",
-                "# under fallback_policy.op_specific):"]
-        out += [f"#   {f}{_sig(header.functions[f])}" for f in unmatched]
+        out += ["", "# C functions taking descriptors that matched no aten op, each with why (map them by hand,",
+                "# or use them under fallback_policy.op_specific):"]
+        for f, why in unmatched:
+            out += [f"#   {f}{_sig(header.functions[f])}", f"#     not placed: {why}"]
     text = "\n".join(out) + "\n"
     left += _self_check(text, out_dir)
     if left:
         text += "\n# Left to fill (the static validator says):\n" + "".join(f"#   {m}\n" for m in left)
-    return Scaffold(text, roles, ops, left)
+    return Scaffold(text, roles, ops, left, dict(unmatched))
 
 
 def _sig(fn: Function) -> str:

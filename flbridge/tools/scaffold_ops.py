@@ -59,6 +59,9 @@ SYNONYMS = {
     "pad": ["padding"], "strides": ["stride"], "dilations": ["dilation"], "num_rows": ["num_weights"],
     "scale_by_freq": ["scale_grad_by_freq"], "running_mean": ["running_mean"], "running_var": ["running_var"],
     "exp": ["exponent"], "power": ["exponent"], "threshold": ["threshold"], "value": ["value", "other"],
+    "inputs": ["tensors"], "tensors": ["tensors"], "idx": ["indices", "index"], "base": ["self"],
+    "set": ["test_elements"], "values": ["values"],
+    "lo": ["min"], "low": ["min"], "lower": ["min"], "hi": ["max"], "high": ["max"], "upper": ["max"],
 }
 # words naming an aten packet differently (after the vendor's prefix is removed)
 OP_SYNONYMS = {
@@ -113,7 +116,20 @@ def candidate_ops(fn: Function, prefix: str) -> list[str]:
     global _INDEX
     if _INDEX is None:
         _INDEX = _aten_index()
-    words = stem(fn.name, prefix)
+    return _ops_of_words(stem(fn.name, prefix))
+
+
+def _ops_of_words(words: list[str]) -> list[str]:
+    return _ops_and_extra(words)[0]
+
+
+def _ops_and_extra(words: list[str]) -> tuple[list[str], int]:
+    """The aten names the longest run of `words` names, and how many of the
+    words are not in that run (``any_dim`` names ``any`` with one word to
+    spare: a worse match for ``any.default`` than a function named ``any``)."""
+    global _INDEX
+    if _INDEX is None:
+        _INDEX = _aten_index()
     quant = bool(QUANTIZED & set(words))
     words = [w for w in words if w not in QUANTIZED] or words
     for size in range(len(words), 0, -1):
@@ -129,8 +145,75 @@ def candidate_ops(fn: Function, prefix: str) -> list[str]:
             for k in keys:
                 found += [q for q in _INDEX.get(k, []) if q not in found]
         if found:
-            return found
-    return []
+            return found, len(words) - size
+    return [], 0
+
+
+# C parameters that select what a multiplexed function computes
+_MODE_PARAM = re.compile(r"(mode|op|kind|type|which|flags?|opcode|operation|func|upper|lower|variant)")
+_DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)\s+\(?\s*(-?\d+)")
+
+
+def define_runs(lines: list[str]) -> list[tuple]:
+    """Runs of adjacent integer #defines sharing a name prefix (a mode
+    enumeration written as macros): (last line, prefix words, [(suffix word, value)])."""
+    runs, cur = [], None
+    for i, text in enumerate(lines, 1):
+        m = _DEFINE.match(text)
+        if not m:
+            if cur is not None and text.strip() and not text.strip().startswith(("/*", "*", "//")):
+                runs.append(cur)
+                cur = None
+            continue
+        w = [x.lower() for x in m.group(1).split("_") if x]
+        if len(w) < 2:
+            continue
+        if cur is not None and cur[1] == tuple(w[:-1]) and i - cur[0] <= 2:
+            cur = (i, cur[1], cur[2] + [(w[-1], int(m.group(2)))])
+        else:
+            if cur is not None:
+                runs.append(cur)
+            cur = (i, tuple(w[:-1]), [(w[-1], int(m.group(2)))])
+    if cur is not None:
+        runs.append(cur)
+    return [r for r in runs if len(r[2]) > 1 and len({v for _, v in r[2]}) == len(r[2])]
+
+
+def mode_candidates(fn: Function, prefix: str, kinds: list, runs: list) -> list[tuple]:
+    """(aten name, {mode parameter: value}) for a function that selects its
+    op by a code (``int op`` with ``#define ACME_LOGICAL_AND 0`` ... just
+    above it): each code's words name the op (LOGICAL_AND -> logical_and,
+    REDUCE_ANY -> any, SOFTMAX_LOG -> log_softmax) or replace their
+    alternatives in the function's name (ArgMinMax + REDUCE_MAX -> argmax);
+    a bit-flag set (1, 2, 4...) also gives the function's own op with 0."""
+    params = [p.name for p, k in zip(fn.params, kinds) if k == "int" and _MODE_PARAM.fullmatch("_".join(tokens(p.name)))]
+    if len(params) != 1:
+        return []
+    near = [r for r in runs if 0 < fn.line - r[0] <= 12]
+    if not near:
+        return []
+    _, group, members = near[-1]
+    fwords = stem(fn.name, prefix)
+    group = tuple(w for w in group if w != prefix)
+    sufs = {sfx for sfx, _ in members}
+    if not (set(group) & set(fwords) or sufs & set(fwords)):
+        return []
+    out = []
+    for sfx, v in members:
+        if sfx in fwords:
+            orders = [[w for w in fwords if w not in sufs or w == sfx]]
+        else:
+            orders = [[*group, sfx], [sfx, *group], [sfx]]
+        for words in orders:
+            names = _ops_of_words(words)
+            if names and all(norm(n.split("::")[1].split(".")[0]) in ("".join(words), sfx) or
+                             sfx in norm(n) for n in names[:1]):
+                out += [(n, {params[0]: v}) for n in names]
+                break
+    flags = sorted(v for _, v in members)
+    if flags and flags[0] > 0 and all(v & (v - 1) == 0 for v in flags):
+        out += [(n, {params[0]: 0}) for n in _ops_of_words(fwords)]
+    return out
 
 
 @dataclass
@@ -146,6 +229,7 @@ class OpGuess:
 def _arg_kind_ok(ckind: str, akind: str) -> float:
     """How well a C parameter kind takes an aten argument kind (0 = not at all)."""
     table = {("desc", "tensor"): 1.0, ("desc", "tensor?"): 1.0, ("desc", "float"): 0.5, ("desc", "number"): 0.5,
+             ("desclist", "tensor[]"): 1.0,
              ("intptr", "int[]"): 1.0, ("int", "int"): 1.0, ("int", "dtype"): 0.8, ("int", "bool"): 0.8,
              ("bool", "bool"): 1.0, ("float", "float"): 1.0, ("float", "number"): 1.0, ("float", "int"): 0.6,
              ("int", "number"): 0.6, ("str", "str"): 1.0}
@@ -220,7 +304,7 @@ def map_params(fn: Function, opi, struct_types: set, enum_types: set,
             taken[c], scores[c] = a, sc
             used.add(a)
     # 2. lengths of list arguments
-    lists = [a.name for a in opi.args if a.kind in ("int[]", "float[]")]
+    lists = [a.name for a in opi.args if a.kind in ("int[]", "float[]", "tensor[]")]
     for p, k in inputs:
         if p.name not in taken and k == "int":
             target = _length_of(p.name, lists)
@@ -314,6 +398,26 @@ def map_params(fn: Function, opi, struct_types: set, enum_types: set,
     return mapping, score, notes
 
 
+def misfit(fn: Function, opi, kinds: list) -> str:
+    """Why `fn`'s parameters cannot take `opi`'s arguments, in a few words."""
+    odd = [p.name or "?" for p, k in zip(fn.params, kinds) if k in ("other",) or p.name is None]
+    if odd:
+        return f"parameter {', '.join(odd)} has a type flbridge does not pass (a list of descriptors or a struct)"
+    if any(getattr(a, "is_out", False) for a in opi.op._schema.arguments):
+        return "an out= overload"
+    outs = [p.name for p, k in zip(fn.params, kinds) if k == "desc" and not p.const_target]
+    if not outs:
+        return "no non-const descriptor to write the result into"
+    if len(outs) > len(opi.rets) or any(r.kind != "tensor" for r in opi.rets):
+        return f"writes {len(outs)} descriptors ({', '.join(outs)}); the op returns {len(opi.rets)}"
+    names = {a.name for a in opi.args}
+    extra = [p.name for p, k in zip(fn.params, kinds) if k in ("desc", "float") and p.name not in outs
+             and not any(_name_score(p.name, a) > 0 for a in names)]
+    if extra:
+        return f"the op has no argument for {', '.join(extra)}"
+    return "its parameters do not map onto the op's arguments"
+
+
 def _to_loc(v, file="<scaffold>", line=1):
     if isinstance(v, dict):
         d = LocDict({k: _to_loc(x, file, line) for k, x in v.items()})
@@ -344,34 +448,46 @@ def try_entry(fn: Function, name: str, mapping: dict, header: Header, dtypes: tu
 
 
 def find_ops(header: Header, prefix: str, roles: dict, dtypes: tuple, codes: dict, struct_types: set,
-             enum_types: set) -> tuple[list[OpGuess], list[str]]:
+             enum_types: set, lines: list[str] | None = None) -> tuple[list[OpGuess], list[str]]:
     """The best C function for each aten overload, grouped per function;
     and the descriptor-taking functions that matched nothing."""
     best: dict[str, tuple] = {}         # qualname -> (score, fn, name, mapping, notes)
     role_fns = {r.fn: role for role, r in roles.items()}
     unmatched = []
+    rank_of: dict[str, float] = {}
+    runs = define_runs(lines or [])
     for fn in header.functions.values():
         kinds = kinds_of(fn, struct_types, enum_types)
         if "desc" not in kinds or role_fns.get(fn.name) not in (None, "copy", "fill"):
             continue
-        names = candidate_ops(fn, prefix)
+        modes = dict()      # aten name -> {mode param: code}
+        for n, code in mode_candidates(fn, prefix, kinds, runs):
+            modes.setdefault(n, code)
+        names, spare = _ops_and_extra(stem(fn.name, prefix))
+        if modes:
+            names, spare = list(modes), 0
         extra_ignore: dict = {}
         if role_fns.get(fn.name) == "copy":
             names, extra_ignore = list(COPY_OPS), COPY_OPS
         elif role_fns.get(fn.name) == "fill":
             names = list(FILL_OPS)
         hit = False
+        whys: list[str] = []
+        if not names:
+            whys.append(f"its name ({' '.join(stem(fn.name, prefix))}) names no aten op")
         for name in names:
             try:
                 res = resolve_name(name)
-            except OpNameError:
+            except OpNameError as e:
+                whys.append(f"{name}: {str(e).splitlines()[0][:100]}")
                 continue
             opi = info(res.op)
-            preset = None
+            preset = dict(modes[name]) if name in modes else None
             if FILL_OPS.get(name):    # zero_: the fill kernel with value 0
                 preset = {p.name: 0 for p, k in zip(fn.params, kinds) if k == "float"}
             got = map_params(fn, opi, struct_types, enum_types, preset)
             if got is None:
+                whys.append(f"{opi.qualname}: {misfit(fn, opi, kinds)}")
                 continue
             mapping, score, notes = got
             if extra_ignore.get(name):
@@ -390,16 +506,20 @@ def find_ops(header: Header, prefix: str, roles: dict, dtypes: tuple, codes: dic
                                                      for a in implied)]
             # a C tensor parameter fed from a Scalar first argument is not this op
             if opi.args and opi.args[0].kind in ("float", "number") and any(k == "desc" for k in kinds[:1]):
+                whys.append(f"{opi.qualname}: its first argument is a number where the function takes a tensor")
                 continue
             entry, why = try_entry(fn, name, mapping, header, dtypes, codes, struct_types, enum_types)
             if entry is None:
+                whys.append(f"{opi.qualname}: {why}")
                 continue
             hit = True
             old = best.get(entry.qualname)
-            if old is None or score > old[0]:
+            rank = score - 0.1 * spare      # words the op's name does not explain count against
+            if old is None or rank > rank_of[entry.qualname]:
                 best[entry.qualname] = (score, fn.name, name, mapping, notes)
+                rank_of[entry.qualname] = rank
         if not hit:
-            unmatched.append(fn.name)
+            unmatched.append((fn.name, "; ".join(dict.fromkeys(whys[:3]))))
     # group overloads sharing a function and identical fields into one entry
     groups: dict[tuple, OpGuess] = {}
     for qn, (score, fname, name, mapping, notes) in best.items():
