@@ -1,15 +1,19 @@
-"""DDP on 2 processes: time per step and bytes moved, fl against CPU gloo,
-side by side in one run.
+"""DDP and DeepSpeed ZeRO-2 on 2 processes: time per step and bytes moved,
+fl against the CPU, side by side in one run.
 
-    python bench/bench_ddp.py [--steps 6] [--model cnn|gpt|both]
+    python bench/bench_ddp.py [--steps 6] [--model cnn|gpt|both] [--no-zero] [--cpu-zero2]
 
 For each model (the demo's CNN on xpu:x1-v2, the small GPT on xpu:th1) it
-runs the same 2-rank DDP training three ways, each a fresh pair of
-processes (flbridge.demos.ddp.run_ranks):
+runs the same 2-rank SGD training four (five) ways, each a fresh pair of
+processes (flbridge.demos.ddp.run_ranks, flbridge.demos.deepspeed.run_ranks):
 
-  cpu gloo     the model on the CPU, init_process_group("gloo"): the baseline
-  fl host      fl tensors, backend flccl, every collective staged through gloo
-  fl vendor    fl tensors, backend flccl, the chip's collectives library
+  cpu gloo     DDP, the model on the CPU, init_process_group("gloo"): the baseline
+  fl host      DDP, fl tensors, backend flccl, every collective staged through gloo
+  fl vendor    DDP, fl tensors, backend flccl, the chip's collectives library
+  cpu zero2    (--cpu-zero2) DeepSpeed ZeRO stage 2 on DeepSpeed's CPU accelerator
+               (gloo); DeepSpeed compiles its shared-memory comm op for it on the
+               first run (minutes; cached after), so it is not run by default
+  fl zero2     DeepSpeed ZeRO stage 2 on fl (`import flbridge`), flccl; nothing compiled
 
 and prints, per rank 0 and per step (the first step, which makes every
 routing decision, is left out of the times):
@@ -44,17 +48,24 @@ os.environ.setdefault("FLBRIDGE_WARN", "off")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from flbridge.demos.ddp import DDPConfig, run_ranks  # noqa: E402
+from flbridge.demos.deepspeed import DSConfig  # noqa: E402
+from flbridge.demos.deepspeed import run_ranks as run_zero_ranks  # noqa: E402
 
 CASES = {"cnn": "xpu:x1-v2", "gpt": "xpu:th1"}
 
 
-def measure(cfg: DDPConfig) -> dict:
-    r = run_ranks(cfg, 2, timeout=900)[0]
+def measure(cfg) -> dict:
+    if isinstance(cfg, DSConfig):
+        r = run_zero_ranks(cfg, 2, timeout=1800)[0]
+    else:
+        r = run_ranks(cfg, 2, timeout=900)[0]
     later = r["step_s"][1:] or r["step_s"]
     steps = len(r["step_s"])
     coll = sum(v["bytes"] for v in r["collectives"].values())
     if cfg.cpu:  # gloo's own collectives are not counted by flbridge: DDP all-reduces every gradient once
         coll = sum(p.numel() * p.element_size() for p in r["params"]) * steps
+        if isinstance(cfg, DSConfig):   # ZeRO-2 over gloo: flbridge does not see its collectives
+            coll = float("nan")
     b = r["bus"]
     staged = sum(v["staged_d2h_bytes"] for v in r["collectives"].values())
     return {"ms": statistics.median(later) * 1e3, "coll": coll / steps, "staged": staged / steps,
@@ -114,6 +125,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--model", choices=("cnn", "gpt", "both"), default="both")
+    ap.add_argument("--no-zero", action="store_true", help="DDP only (no DeepSpeed rows)")
+    ap.add_argument("--cpu-zero2", action="store_true",
+                    help="also ZeRO-2 on DeepSpeed's CPU accelerator (compiles DeepSpeed's shm comm op once)")
     a = ap.parse_args()
     models = ("cnn", "gpt") if a.model == "both" else (a.model,)
     for model in models:
@@ -124,8 +138,15 @@ def main() -> int:
             "fl host": measure(replace(base, vendor=False)),
             "fl vendor": measure(base),
         }
+        if not a.no_zero:
+            # the same SGD steps (no clipping, no weight decay) under ZeRO-2: DeepSpeed's engine in place of DDP
+            zero = DSConfig(device=device, model=model, stage=2, steps=a.steps, batch=8, optimizer="SGD",
+                            lr=base.lr, weight_decay=0.0, clip=0.0, checkpoint=False, quiet=True)
+            if a.cpu_zero2:
+                rows["cpu zero2"] = measure(replace(zero, cpu=True))
+            rows["fl zero2"] = measure(zero)
         ref = rows["cpu gloo"]
-        print(f"\n{model} on {device}: DDP, 2 processes, {a.steps} steps, global batch 8 (rank 0, per step)")
+        print(f"\n{model} on {device}: 2 processes, {a.steps} SGD steps, global batch 8 (rank 0, per step)")
         print(f"  {'':10s} {'ms/step':>9} {'x cpu':>6} {'coll. B':>9} {'staged B':>9} {'bus B':>10} "
               f"{'mapped B':>9}  collectives")
         for name, r in rows.items():

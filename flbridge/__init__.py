@@ -17,6 +17,7 @@ from .devices import chip_for as _chip_for
 from .devices import chips, torch_device
 from .errors import (DeviceError, DeviceUnavailableError, FallbackWarning, FlbridgeError, HeaderError, OutOfMemoryError,
                      RuntimeLoadError, SpecError, SpecProblem, SpecWarning, UnsupportedOpError)
+from .integrations import install as _install_integrations
 
 __version__ = "0.1.0"
 __all__ = ["init", "chips", "stats", "reset_stats", "torch_device", "device", "wrap", "FlbridgeError",
@@ -68,3 +69,4 @@ def __getattr__(name):
 
 
 _register_device_name()
+_install_integrations()   # DeepSpeed, accelerate, Lightning learn about fl when imported

@@ -5,6 +5,7 @@
     flbridge demo --graph                                     inference eager and by FLGraph replay
     flbridge demo --compile                                   a small GPT trained with torch.compile(backend="fl")
     flbridge demo --nproc 2                                   the same under DDP on 2 processes (flccl)
+    flbridge demo --deepspeed [--nproc 2]                     DeepSpeed ZeRO-2 on 2 processes, beside the CPU
     flbridge validate [--static] PATH...                      check specs (and load their runtimes)
     flbridge devices                                          list the fl devices, usable or not
     flbridge doctor [--json]                                  check the whole setup, with fixes
@@ -133,8 +134,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="instead: a transformer's inference eager and by torch.fl.FLGraph replay, beside the CPU")
     d.add_argument("--compile", action="store_true",
                    help="instead: a small GPT trained with torch.compile(model, backend=\"fl\"), beside the CPU")
-    d.add_argument("--nproc", type=_positive, default=1,
-                   help="processes: above 1, DistributedDataParallel over that many ranks (flccl backend)")
+    d.add_argument("--nproc", type=_positive, default=None,
+                   help="processes: above 1, DistributedDataParallel over that many ranks (flccl backend); "
+                        "with --deepspeed, its ranks (default 2)")
+    d.add_argument("--deepspeed", action="store_true",
+                   help="instead: DeepSpeed ZeRO stage 2 (its Adam, gradient clipping, a checkpoint) on --nproc "
+                        "processes, beside one CPU process (needs the deepspeed package)")
     doc = sub.add_parser("doctor", help="check the setup: versions, spec folder, each spec, library, "
                                         "header, init, memory, a smoke test; each problem with its fix")
     doc.add_argument("--json", action="store_true", help="print the checks as JSON")
@@ -198,7 +203,11 @@ def _run(a) -> int:
     if a.graph:
         from .demos.graph import run_graph_demo
         return run_graph_demo(device=a.device, batch=a.batch if a.batch != 16 else 8)
-    if a.nproc > 1:
+    if a.deepspeed:
+        from .demos.deepspeed import run_deepspeed_demo
+        return run_deepspeed_demo(nproc=a.nproc or 2, steps=a.steps if a.steps != 8 else 4, device=a.device,
+                                  batch=a.batch if a.batch != 16 else 8)
+    if (a.nproc or 1) > 1:
         from .demos.ddp import run_ddp_demo
         return run_ddp_demo(nproc=a.nproc, steps=a.steps, device=a.device, batch=a.batch)
     from .demos.train import run_demo

@@ -286,6 +286,20 @@ class MixedChipsError(FlbridgeError, RuntimeError):
             f"current device {mine}).")
 
 
+class IntegrationError(FlbridgeError, RuntimeError):
+    """A feature of a training library (DeepSpeed, accelerate, Lightning)
+    that cannot run on fl; the message names the setting that avoids it."""
+
+    def __init__(self, message: str, *, library: str = "", feature: str = ""):
+        self.library, self.feature = library, feature
+        super().__init__(message)
+
+
+class IntegrationWarning(UserWarning):
+    """A training library's setting that fl cannot honour was changed to one
+    it can (the message says which, and why)."""
+
+
 class AutocompareWarning(UserWarning):
     """An op's result on a chip differs from the CPU's (said once per op)."""
 

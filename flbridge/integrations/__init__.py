@@ -1,0 +1,8 @@
+"""The training stacks people use, on fl: DeepSpeed (an accelerator and its
+op builders: deepspeed, deepspeed_accelerator, deepspeed_ops,
+deepspeed_builders), HF accelerate and transformers (device detection and
+mixed precision: accelerate) and Lightning (an Accelerator and precision
+plugins: lightning).  `import flbridge` calls install(), which leaves import
+hooks (hooks); none of those libraries is imported before the program
+imports it."""
+from .hooks import install, when_imported
