@@ -418,3 +418,25 @@ def test_make_graphed_callables_with_dropout_equals_eager_at_each_calls_offset(t
         _no_cpu(th1)
     finally:
         torch.fl.set_device(prev)
+
+
+def test_dropout_backward_is_one_native_call_equal_to_pytorchs(rngchip):
+    """native_dropout_backward = grad * mask * scale, the product rounded once
+    (PyTorch's CPU kernel), strided and in the chip's half dtype too."""
+    low = torch.bfloat16 if "th1" in flbridge.stats(rngchip)["device_type"] else torch.float16
+    g = torch.Generator().manual_seed(3)
+    for dtype in (torch.float32, low):
+        grad = torch.randn(9, 40, generator=g).to(dtype)
+        grad[0, 0], grad[0, 1] = float("nan"), -1.0
+        mask = torch.rand(9, 40, generator=g) > 0.3
+        mask[0, :2] = False                                # a dropped NaN stays NaN, a dropped -1 is -0.0
+        for scale in (1 / 0.7, 2.0):
+            ref = torch.ops.aten.native_dropout_backward(grad, mask, scale)
+            flbridge.reset_stats(rngchip)
+            got = torch.ops.aten.native_dropout_backward(grad.to(rngchip), mask.to(rngchip), scale)
+            got_t = torch.ops.aten.native_dropout_backward(grad.to(rngchip).t(), mask.to(rngchip).t(), scale)
+            torch.testing.assert_close(got.cpu(), ref, rtol=0, atol=0, equal_nan=True)
+            torch.testing.assert_close(got_t.cpu(), ref.t(), rtol=0, atol=0, equal_nan=True)
+            assert bool(torch.signbit(got.cpu()[0, 1])) == bool(torch.signbit(ref[0, 1]))
+            r = {x["op"]: x["route"] for x in flbridge.stats(rngchip)["routes"]}
+            assert r["aten::native_dropout_backward.default"] == "native", r

@@ -1580,6 +1580,35 @@ sim_status simk_pointwise_grad(const char *fn, const char *kernel, simk_gradop o
     return SIM_OK;
 }
 
+typedef struct { float scale; } mask_scale_ctx;
+
+static void mask_scale_f(const void *ctx, float *o, const float *const *x, int64_t n) {
+    const float s = ((const mask_scale_ctx *)ctx)->scale;
+    const float *g = x[0], *m = x[1];
+    for (int64_t i = 0; i < n; i++) o[i] = g[i] * m[i] * s;   /* m is 0 or 1: g*m exact */
+}
+
+sim_status simk_mask_scale(const char *fn, const char *kernel, const sim_view *grad, const sim_view *mask,
+                           double scale, const sim_view *out) {
+    sim_status st;
+    if ((st = simk_check_same(fn, "grad_output", grad, out)) || (st = need_float_dt(fn, "grad_output", grad)))
+        return st;
+    if (!sim_same_shape(mask, out)) {
+        char s1[160], s2[160];
+        sim_shape_str(mask, s1, sizeof s1);
+        sim_shape_str(out, s2, sizeof s2);
+        return sim_fail(SIM_E_INVALID_VALUE, fn, "mask has shape %s but the output has shape %s", s1, s2);
+    }
+    if (mask->dtype != SIM_BOOL)
+        return sim_fail(SIM_E_UNSUPPORTED, fn, "mask is %s, not bool", sim_dtype_name(mask->dtype));
+    if ((st = sim_launch(kernel, fn))) return st;
+    mask_scale_ctx c = {(float)scale};
+    const sim_view *ins[2] = {grad, mask};
+    ew_float(out, 2, ins, mask_scale_f, &c);
+    sim_corrupt_output(out);
+    return SIM_OK;
+}
+
 /* ------------------------------------------------------------ fill, copy */
 
 /* n elements of es bytes, stride s, all set to the bytes at one */

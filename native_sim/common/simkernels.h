@@ -78,6 +78,10 @@ SIM_HIDDEN sim_status simk_masked_fill(const char *fn, const char *kernel, const
 SIM_HIDDEN sim_status simk_pointwise_grad(const char *fn, const char *kernel, simk_gradop op,
                                           const sim_view *grad, const sim_view *x, double param,
                                           const sim_view *out);
+/* out = grad * mask * scale, mask bool (dropout's gradient): one rounding of
+ * the float product, as PyTorch's grad * mask * scale */
+SIM_HIDDEN sim_status simk_mask_scale(const char *fn, const char *kernel, const sim_view *grad,
+                                      const sim_view *mask, double scale, const sim_view *out);
 /* out[i] = start + i * step (1-D out; its length must be the count PyTorch's arange gives) */
 SIM_HIDDEN sim_status simk_arange(const char *fn, const char *kernel, double start, double end,
                                   double step, const sim_view *out);

@@ -331,6 +331,16 @@ TH1API th1Result_t th1GeluBackward(const th1TensorDesc_t *dy, const th1TensorDes
     return code(grad1("th1GeluBackward", "gelu_backward", mode ? SIMK_GRAD_GELU_TANH : SIMK_GRAD_GELU, dy, x, 0,
                       dx, "x"));
 }
+TH1API th1Result_t th1DropoutBackward(const th1TensorDesc_t *dy, const th1TensorDesc_t *mask, double scale,
+                                      th1TensorDesc_t *dx) {
+    const char *fn = "th1DropoutBackward";
+    sim_view gv, mv, ov;
+    sim_status st;
+    if ((st = sim_require_init(fn)) || (st = view_of(dx, &ov, fn, "dx", 0)) || (st = view_of(dy, &gv, fn, "dy", 0)) ||
+        (st = view_of(mask, &mv, fn, "mask", 0)) || (st = need_compute(fn, "dy", &gv)))
+        return code(st);
+    return code(simk_mask_scale(fn, "dropout_backward", &gv, &mv, scale, &ov));
+}
 TH1API th1Result_t th1ThresholdBackward(const th1TensorDesc_t *dy, const th1TensorDesc_t *x, double threshold,
                                         th1TensorDesc_t *dx) {
     return code(grad1("th1ThresholdBackward", "threshold_backward", SIMK_GRAD_THRESHOLD, dy, x, threshold, dx,

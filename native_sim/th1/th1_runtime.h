@@ -432,6 +432,9 @@ TH1API th1Result_t th1RngRandom(th1TensorDesc_t* y, int64_t low, int64_t high, u
  * training 0: y = x, mask all true, no word read */
 TH1API th1Result_t th1Dropout(const th1TensorDesc_t* x, double prob, int training, unsigned long long seed,
                               unsigned long long offset, th1TensorDesc_t* y, th1TensorDesc_t* mask);
+/* dx = dy * mask * scale (mask bool: dropout's gradient, scale = 1 / (1 - prob)) */
+TH1API th1Result_t th1DropoutBackward(const th1TensorDesc_t* dy, const th1TensorDesc_t* mask, double scale,
+                                      th1TensorDesc_t* dx);
 
 /* ---- profiling: device time of the calling thread's last kernel or copy (launch to
  * end of call), and of every kernel and copy since th1Init / th1ResetStats, in ns */

@@ -381,6 +381,20 @@ X1_API x1_status_t x1_threshold_backward(const x1_tensor_t *grad_output, const x
     return code(grad1("x1_threshold_backward", "threshold_backward", SIMK_GRAD_THRESHOLD, grad_output, self,
                       "self", threshold, out));
 }
+static sim_status dropout_backward(const char *fn, const x1_tensor_t *grad_output, const x1_tensor_t *mask,
+                                   double scale, x1_tensor_t *out) {
+    sim_view g, m, o;
+    TRY(sim_require_init(fn));
+    TRY(view_of(out, &o, fn, "out", 0));
+    TRY(view_of(grad_output, &g, fn, "grad_output", 0));
+    TRY(view_of(mask, &m, fn, "mask", 0));
+    TRY(need_float(fn, "grad_output", &g));
+    return simk_mask_scale(fn, "native_dropout_backward", &g, &m, scale, &o);
+}
+X1_API x1_status_t x1_native_dropout_backward(const x1_tensor_t *grad_output, const x1_tensor_t *mask,
+                                              double scale, x1_tensor_t *out) {
+    return code(dropout_backward("x1_native_dropout_backward", grad_output, mask, scale, out));
+}
 X1_API x1_status_t x1_sigmoid_backward(const x1_tensor_t *grad_output, const x1_tensor_t *output,
                                        x1_tensor_t *out) {
     return code(grad1("x1_sigmoid_backward", "sigmoid_backward", SIMK_GRAD_SIGMOID_Y, grad_output, output,

@@ -191,6 +191,9 @@ X1_API x1_status_t x1_threshold_backward(const x1_tensor_t *grad_output, const x
                                          double threshold, x1_tensor_t *out);
 X1_API x1_status_t x1_sigmoid_backward(const x1_tensor_t *grad_output, const x1_tensor_t *output,
                                        x1_tensor_t *out);
+/* out = grad_output * mask * scale (mask bool: dropout's gradient) */
+X1_API x1_status_t x1_native_dropout_backward(const x1_tensor_t *grad_output, const x1_tensor_t *mask,
+                                              double scale, x1_tensor_t *out);
 X1_API x1_status_t x1_tanh_backward(const x1_tensor_t *grad_output, const x1_tensor_t *output,
                                     x1_tensor_t *out);
 
