@@ -240,6 +240,22 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def run_beside_cpu(run_ranks, reference, cfg, nproc: int, steps: int, out):
+    """Runs the ranks, then the one-process CPU reference, and prints each
+    rank's loss per step: (the ranks' results, the reference, seconds)."""
+    from ..errors import FallbackWarning
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        results = run_ranks(cfg, nproc)
+        ref = reference(cfg)
+    elapsed = time.perf_counter() - t0
+    out(f"{'step':>4}  " + "  ".join(f"{f'rank {r} loss':>11}" for r in range(nproc)))
+    for i in range(steps):
+        out(f"{i + 1:>4}  " + "  ".join(f"{res['losses'][i]:>11.5f}" for res in results))
+    return results, ref, elapsed
+
+
 def run_ddp_demo(nproc: int = 2, steps: int = 8, device=None, batch: int = 16, out=print) -> int:
     import flbridge
 
@@ -259,15 +275,7 @@ def run_ddp_demo(nproc: int = 2, steps: int = 8, device=None, batch: int = 16, o
     out(f"flbridge demo: SmallCNN (GroupNorm), DistributedDataParallel over {nproc} processes, {steps} SGD "
         f"steps, global batch {batch}, each rank on {chip.device_type} ({s.vendor} {s.chip_model}), backend "
         f"flccl with {lib}; beside one CPU process on the global batch\n")
-    t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", flbridge.FallbackWarning)
-        results = run_ranks(cfg, nproc)
-        ref = reference(cfg)
-    elapsed = time.perf_counter() - t0
-    out(f"{'step':>4}  " + "  ".join(f"{f'rank {r} loss':>11}" for r in range(nproc)))
-    for i in range(steps):
-        out(f"{i + 1:>4}  " + "  ".join(f"{res['losses'][i]:>11.5f}" for res in results))
+    results, ref, elapsed = run_beside_cpu(run_ranks, reference, cfg, nproc, steps, out)
     same = all(torch.equal(a, b) for res in results[1:] for a, b in zip(results[0]["params"], res["params"]))
     diff = max((a - b).abs().max().item() for a, b in zip(results[0]["params"], ref))
     ckpt = all(res["checkpoint_ok"] for res in results)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from .ddp import build_model, global_batch, loss_of, spawn
+from .ddp import build_model, global_batch, loss_of, run_beside_cpu, spawn
 
 BUCKET = 5_000_000       # elements per ZeRO communication bucket (20 MB in float32)
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -306,15 +306,7 @@ def run_deepspeed_demo(nproc: int = 2, steps: int = 4, device=None, batch: int =
         f"of DeepSpeed's Adam (its fused step runs on the chip) with gradient clipping, global batch {batch}, "
         f"each rank on {chip.device_type} ({s.vendor} {s.chip_model}), backend flccl; beside one CPU process "
         f"in plain PyTorch (AdamW, clip_grad_norm_) on the global batch\n")
-    t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", flbridge.FallbackWarning)
-        results = run_ranks(cfg, nproc)
-        ref = reference(cfg)
-    elapsed = time.perf_counter() - t0
-    out(f"{'step':>4}  " + "  ".join(f"{f'rank {r} loss':>11}" for r in range(nproc)))
-    for i in range(steps):
-        out(f"{i + 1:>4}  " + "  ".join(f"{res['losses'][i]:>11.5f}" for res in results))
+    results, ref, elapsed = run_beside_cpu(run_ranks, reference, cfg, nproc, steps, out)
     same, diff = compare(results, ref)
     ckpt = all(r["checkpoint_loaded"] and r["checkpoint_resumed"] for r in results)
     r0 = results[0]

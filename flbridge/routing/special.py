@@ -111,34 +111,32 @@ def sdp_choice(func, args, kwargs):
     return int(torch._C._SDPBackend.math)
 
 
+_ONES = (aten.ones_like.default, aten.new_ones.default)
+_FILL_VALUE_AT = {aten.full_like.default: 1, aten.new_full.default: 2}   # fill_value's position
+
+
+def _fill_value(func, args, kwargs):
+    """The value a zeros/ones/full factory fills with, and its other keywords."""
+    at = _FILL_VALUE_AT.get(func)
+    if at is None:
+        return (1 if func in _ONES else 0), kwargs
+    value = args[at] if len(args) > at else kwargs["fill_value"]
+    return value, {k: v for k, v in kwargs.items() if k != "fill_value"}
+
+
 def full_like(func, args, kwargs):
     """zeros_like / ones_like / full_like: allocate on the chip, then fill
     there (the fill is routed like any op, natively when the chip has it)."""
-    self = args[0]
-    if func is aten.full_like.default:
-        value = args[1] if len(args) > 1 else kwargs["fill_value"]
-        rest = {k: v for k, v in kwargs.items() if k != "fill_value"}
-    else:
-        value = 1 if func is aten.ones_like.default else 0
-        rest = kwargs
-    t = aten.empty_like.default(self, **rest)
-    return aten.fill_.Scalar(t, value)
-
-
+    value, rest = _fill_value(func, args, kwargs)
+    return aten.fill_.Scalar(aten.empty_like.default(args[0], **rest), value)
 
 
 def new_fill(func, args, kwargs):
     """new_zeros / new_ones / new_full on the tensor's own chip: allocate
-    there (new_empty), then fill there (routed like any op; torch's
-    decomposition of these ends in a factory prim no chip runs)."""
-    self, size = args[0], args[1]
-    if func is aten.new_full.default:
-        value = args[2] if len(args) > 2 else kwargs["fill_value"]
-        rest = {k: v for k, v in kwargs.items() if k != "fill_value"}
-    else:
-        value = 1 if func is aten.new_ones.default else 0
-        rest = kwargs
-    return aten.fill_.Scalar(aten.new_empty.default(self, size, **rest), value)
+    there (new_empty), then fill there (torch's decomposition of these ends
+    in a factory prim no chip runs)."""
+    value, rest = _fill_value(func, args, kwargs)
+    return aten.fill_.Scalar(aten.new_empty.default(args[0], args[1], **rest), value)
 
 
 def _capture_error(what):
