@@ -124,3 +124,21 @@ def test_float16_cnn_inference_is_all_native_on_x1_v2(x1v2):
     s = flbridge.stats(x1v2)
     assert s["fallback_ops"] == 0 and s["native_ops"] > 0, s["routes"]
     torch.testing.assert_close(got.float().cpu(), ref, rtol=2e-2, atol=2e-2 * float(ref.abs().max()))
+
+
+def test_float16_resnet18_inference_is_all_native_on_x1_v2(x1v2):
+    """x1 pads a convolution by at most 2: ResNet's 7x7 stem (padding 3) runs
+    with the padding applied explicitly on the chip."""
+    from tests.zoo_models import ResNet18
+    torch.manual_seed(0)
+    cpu = ResNet18().eval()
+    fl = copy.deepcopy(cpu).half().to(x1v2)
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        ref = cpu(x)
+        fl(x.half().to(x1v2))
+        flbridge.reset_stats(x1v2)
+        got = fl(x.half().to(x1v2))
+    s = flbridge.stats(x1v2)
+    assert s["fallback_ops"] == 0 and s["native_ops"] > 0, [r for r in s["routes"] if r["route"] != "native"]
+    torch.testing.assert_close(got.float().cpu(), ref, rtol=2e-2, atol=2e-2 * float(ref.abs().max()))

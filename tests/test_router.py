@@ -548,3 +548,28 @@ def test_new_zeros_ones_full_are_made_on_the_chip(th1):
     assert outs[0].cpu().tolist() == [[1.0, 1.0], [1.0, 1.0]]
     assert outs[1].dtype == torch.int64 and outs[1].cpu().tolist() == [0, 0, 0]
     assert outs[2].cpu().tolist() == [2.5, 2.5]
+
+
+def test_a_padding_the_convolution_kernel_does_not_take_is_applied_explicitly(x1):
+    """x1 pads at most 2: a 7x7 stem's padding 3 runs as constant_pad_nd on
+    the chip, then the kernel with padding 0 (the same sums: equal to the
+    kernel on an input padded by hand), and only where the kernel takes the
+    padded call (float32 convolutions on x1 go to the CPU as before, no pad
+    run for nothing)."""
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 20, 18, generator=g).half()
+    w = torch.randn(8, 3, 7, 7, generator=g).half()
+    b = torch.randn(8, generator=g).half()
+    flbridge.reset_stats(x1)
+    got = F.conv2d(x.to(x1), w.to(x1), b.to(x1), 2, 3)
+    routes = {r["op"]: r["route"] for r in flbridge.stats(x1)["routes"]}
+    assert routes == {"aten::constant_pad_nd.default": "native", "aten::convolution.default": "native"}, routes
+    by_hand = F.conv2d(F.pad(x.to(x1), (3, 3, 3, 3)), w.to(x1), b.to(x1), 2, 0)
+    assert torch.equal(got.cpu(), by_hand.cpu())
+    ref = F.conv2d(x.float(), w.float(), b.float(), 2, 3)
+    # float32 sums of 147 products, rounded once to float16
+    torch.testing.assert_close(got.float().cpu(), ref, rtol=2 ** -10, atol=1e-2)
+    flbridge.reset_stats(x1)
+    F.conv2d(x.float().to(x1), w.float().to(x1), None, 1, 3)
+    assert [(r["op"], r["route"]) for r in flbridge.stats(x1)["routes"]] == [("aten::convolution.default", "cpu")]

@@ -224,7 +224,7 @@ def _numel(shape) -> int:
 # it may take (OpRoute.__call__): PyTorch accepts inputs a vendor kernel need
 # not handle, whose effect on the result is nil.
 
-def _drop_empty_cat_inputs(args, kwargs):
+def _drop_empty_cat_inputs(args, kwargs, accepts):
     """cat ignores empty inputs, the legacy (0,)-shaped ones of any rank
     included, when every input has one dtype (an empty one of another dtype
     would still promote the result's): the kernel gets the others."""
@@ -242,4 +242,27 @@ def _drop_empty_cat_inputs(args, kwargs):
     return args, dict(kwargs, tensors=kept)
 
 
-ARGUMENT_ADAPTERS = {torch.ops.aten.cat.default: _drop_empty_cat_inputs}
+def _pad_convolution_input(args, kwargs, accepts):
+    """A convolution whose padding the kernel does not take (a 7x7 stem's 3
+    on a chip that pads at most 2) runs on the input zero-padded explicitly
+    (constant_pad_nd, routed like any op) with padding 0: the same windows
+    over the same values, so the same sums.  Only when the kernel takes that
+    call, which `accepts` checks on meta stand-ins first: nothing runs for a
+    call the kernel refuses for another reason (a dtype, the groups)."""
+    if kwargs or len(args) != 9:
+        return None
+    x, w, b, stride, padding, dilation, transposed, output_padding, groups = args
+    if transposed or not any(padding) or x.dim() != len(padding) + 2:
+        return None
+    zero = [0] * len(padding)
+    shape = (*x.shape[:2], *(n + 2 * p for n, p in zip(x.shape[2:], padding)))
+    stand_in = torch.empty(shape, dtype=x.dtype, device="meta")
+    if not accepts((stand_in, w, b, stride, zero, dilation, transposed, output_padding, groups), kwargs):
+        return None
+    pad = [q for p in reversed(padding) for q in (p, p)]
+    xp = torch.ops.aten.constant_pad_nd.default(x, pad, 0.0)
+    return (xp, w, b, stride, zero, dilation, transposed, output_padding, groups), kwargs
+
+
+ARGUMENT_ADAPTERS = {torch.ops.aten.cat.default: _drop_empty_cat_inputs,
+                     torch.ops.aten.convolution.default: _pad_convolution_input}

@@ -126,6 +126,7 @@ class OpRoute:
         self.decomp_ok_cache: dict = {}   # meta_key -> (the decomposition that runs on the chip or None, blocker)
         self.device_only = DEVICE_ONLY.get(func)
         self.adapt_args = ARGUMENT_ADAPTERS.get(func)
+        self.adapt_cache: dict = {}   # meta_key of adapted arguments -> whether the kernel takes them
         self.seeded = torch.Tag.nondeterministic_seeded in func.tags
         self.mixed_device_ok = func in _CPU_TENSOR_ARGS_OK
         self.mutated_names = frozenset(self.opi.args[i].name for i in self.opi.mutated)
@@ -156,7 +157,7 @@ class OpRoute:
     def _adapted(self, args, kwargs, reason):
         """The kernel refused: run it on equivalent arguments it may take
         (adapter.ARGUMENT_ADAPTERS), else go down the chain."""
-        fixed = self.adapt_args(args, kwargs)
+        fixed = self.adapt_args(args, kwargs, self._kernel_takes)
         if fixed is not None:
             vals = normalize(self.opi, *fixed)
             p = self.bound.decide(vals)
@@ -166,6 +167,20 @@ class OpRoute:
                     return out
                 return self.fallback(args, kwargs, self.bound.failure)
         return self.fallback(args, kwargs, reason)
+
+    def _kernel_takes(self, args, kwargs) -> bool:
+        """Whether the kernel takes this call, decided on meta stand-ins and
+        cached per geometry (an argument adapter asks before it runs anything)."""
+        try:
+            key = meta_key(args, kwargs)
+        except TypeError:
+            return False
+        hit = self.adapt_cache.get(key)
+        if hit is None:
+            if len(self.adapt_cache) > 1024:
+                self.adapt_cache.clear()
+            hit = self.adapt_cache[key] = self.native_reason(to_meta(args), to_meta(kwargs)) is None
+        return hit
 
     # ------------------------------------------------------------ chain
 
