@@ -110,30 +110,25 @@ def test_float16_inference_stays_on_x1(x1, name):
     torch.testing.assert_close(got.float().cpu(), ref, rtol=2e-2, atol=2e-2 * float(ref.abs().max()))
 
 
-def test_float16_cnn_inference_is_all_native_on_x1_v2(x1v2):
+def _small_cnn():
     from flbridge.demos.models import SmallCNN
-    torch.manual_seed(0)
-    cpu = SmallCNN().eval()
-    fl = copy.deepcopy(cpu).half().to(x1v2)
-    x = torch.randn(8, 3, 32, 32)
-    with torch.no_grad():
-        ref = cpu(x)
-        fl(x.half().to(x1v2))
-        flbridge.reset_stats(x1v2)
-        got = fl(x.half().to(x1v2))
-    s = flbridge.stats(x1v2)
-    assert s["fallback_ops"] == 0 and s["native_ops"] > 0, s["routes"]
-    torch.testing.assert_close(got.float().cpu(), ref, rtol=2e-2, atol=2e-2 * float(ref.abs().max()))
+    return SmallCNN(), (8, 3, 32, 32)
 
 
-def test_float16_resnet18_inference_is_all_native_on_x1_v2(x1v2):
-    """x1 pads a convolution by at most 2: ResNet's 7x7 stem (padding 3) runs
-    with the padding applied explicitly on the chip."""
+def _resnet18():
     from tests.zoo_models import ResNet18
+    return ResNet18(), (1, 3, 64, 64)
+
+
+@pytest.mark.parametrize("build", [_small_cnn, _resnet18], ids=["SmallCNN", "ResNet18"])
+def test_float16_cnn_inference_is_all_native_on_x1_v2(x1v2, build):
+    """Every op on the chip's kernels (ResNet's 7x7 stem pads 3, x1 at most 2:
+    the padding is applied explicitly on the chip)."""
     torch.manual_seed(0)
-    cpu = ResNet18().eval()
+    cpu, shape = build()
+    cpu.eval()
     fl = copy.deepcopy(cpu).half().to(x1v2)
-    x = torch.randn(1, 3, 64, 64)
+    x = torch.randn(*shape)
     with torch.no_grad():
         ref = cpu(x)
         fl(x.half().to(x1v2))
