@@ -152,6 +152,30 @@ def _layer_norm_grad_slack(s, cot) -> float:
     return d * g * max(M, 2 * rstd * wmax * math.sqrt(N))
 
 
+def sample_gradients(op, s, dev, g):
+    """The input gradients of one OpInfo sample for a random output gradient
+    (drawn from g), on the CPU and on dev: (expected, got, cotangents), or
+    None for a sample the CPU rejects or with nothing to differentiate."""
+    args_cpu = (s.input, *s.args)
+    leaves = [t for t in _tensors((args_cpu, s.kwargs)) if t.requires_grad]
+    try:
+        out = op(s.input, *s.args, **s.kwargs)
+    except Exception:  # noqa: BLE001 - samples the CPU itself rejects are skipped
+        return None
+    outs = [o for o in _tensors(out) if o.requires_grad]
+    if not leaves or not outs:
+        return None
+    cots = [torch.randn(o.shape, generator=g).to(o.dtype) for o in outs]
+    expected = torch.autograd.grad(outs, leaves, cots, allow_unused=True)
+    dev_args, dev_kwargs = to_dev(args_cpu, dev), to_dev(s.kwargs, dev)
+    dev_leaves = [t for t in _tensors((dev_args, dev_kwargs)) if t.requires_grad]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", flbridge.FallbackWarning)
+        dout = [o for o in _tensors(op(*dev_args, **dev_kwargs)) if o.requires_grad]
+        got = torch.autograd.grad(dout, dev_leaves, [c.to(dev) for c in cots], allow_unused=True)
+    return expected, got, cots
+
+
 @pytest.mark.parametrize("case,chip", cases(GRAD_OPS, SLOW_GRADS))
 def test_opinfo_gradients_match_cpu(flchips, case, chip):
     """Backward of every sample with a random output gradient: the inputs'
@@ -164,23 +188,10 @@ def test_opinfo_gradients_match_cpu(flchips, case, chip):
         if dtype not in op.supported_dtypes("cpu"):
             continue
         for s in op.sample_inputs("cpu", dtype, requires_grad=True):
-            args_cpu = (s.input, *s.args)
-            leaves = [t for t in _tensors((args_cpu, s.kwargs)) if t.requires_grad]
-            try:
-                out = op(s.input, *s.args, **s.kwargs)
-            except Exception:  # noqa: BLE001 - samples the CPU itself rejects are skipped
+            grads = sample_gradients(op, s, dev, g)
+            if grads is None:
                 continue
-            outs = [o for o in _tensors(out) if o.requires_grad]
-            if not leaves or not outs:
-                continue
-            cots = [torch.randn(o.shape, generator=g).to(o.dtype) for o in outs]
-            expected = torch.autograd.grad(outs, leaves, cots, allow_unused=True)
-            dev_args, dev_kwargs = to_dev(args_cpu, dev), to_dev(s.kwargs, dev)
-            dev_leaves = [t for t in _tensors((dev_args, dev_kwargs)) if t.requires_grad]
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", flbridge.FallbackWarning)
-                dout = [o for o in _tensors(op(*dev_args, **dev_kwargs)) if o.requires_grad]
-                got = torch.autograd.grad(dout, dev_leaves, [c.to(dev) for c in cots], allow_unused=True)
+            expected, got, cots = grads
             tol = tolerance(op, dtype)
             if op.name == "nn.functional.layer_norm" and dtype == torch.float32:
                 tol = dict(rtol=1.3e-6, atol=1e-5 + _layer_norm_grad_slack(s, cots[0]))

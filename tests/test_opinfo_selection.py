@@ -11,7 +11,7 @@ import torch
 from torch.testing._internal.common_methods_invocations import op_db
 
 import flbridge
-from tests.test_opinfo import CHIP_DTYPES, _tensors, cpu_of, to_dev, tolerance
+from tests.test_opinfo import CHIP_DTYPES, cpu_of, sample_gradients, to_dev, tolerance
 
 OPS = {("eq", ""), ("ne", ""), ("lt", ""), ("le", ""), ("gt", ""), ("ge", ""), ("logical_and", ""),
        ("logical_or", ""), ("logical_xor", ""), ("logical_not", ""), ("any", ""), ("all", ""),
@@ -91,23 +91,10 @@ def test_opinfo_gradients_match_cpu(flchips, case, chip):
         if op.name == "topk" and dtype != torch.float32:
             continue   # half-precision samples tie, and which tied value gets the gradient is an artifact
         for s in op.sample_inputs("cpu", dtype, requires_grad=True):
-            args_cpu = (s.input, *s.args)
-            leaves = [t for t in _tensors((args_cpu, s.kwargs)) if t.requires_grad]
-            try:
-                out = op(s.input, *s.args, **s.kwargs)
-            except Exception:  # noqa: BLE001 - samples the CPU itself rejects are skipped
+            grads = sample_gradients(op, s, dev, g)
+            if grads is None:
                 continue
-            outs = [o for o in _tensors(out) if o.requires_grad]
-            if not leaves or not outs:
-                continue
-            cots = [torch.randn(o.shape, generator=g).to(o.dtype) for o in outs]
-            expected = torch.autograd.grad(outs, leaves, cots, allow_unused=True)
-            dev_args, dev_kwargs = to_dev(args_cpu, dev), to_dev(s.kwargs, dev)
-            dev_leaves = [t for t in _tensors((dev_args, dev_kwargs)) if t.requires_grad]
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", flbridge.FallbackWarning)
-                dout = [o for o in _tensors(op(*dev_args, **dev_kwargs)) if o.requires_grad]
-                got = torch.autograd.grad(dout, dev_leaves, [c.to(dev) for c in cots], allow_unused=True)
+            expected, got, _ = grads
             for e, r in zip(expected, got):
                 assert (e is None) == (r is None)
                 if e is not None:
