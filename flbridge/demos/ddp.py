@@ -256,7 +256,9 @@ def run_beside_cpu(run_ranks, reference, cfg, nproc: int, steps: int, out):
     return results, ref, elapsed
 
 
-def run_ddp_demo(nproc: int = 2, steps: int = 8, device=None, batch: int = 16, out=print) -> int:
+def demo_chip(device, batch: int, nproc: int, out):
+    """The chip a multi-process demo runs on (`device`, else the current fl
+    device), or None after saying why it cannot run."""
     import flbridge
 
     from ..devices import chip_for, current_device
@@ -264,10 +266,16 @@ def run_ddp_demo(nproc: int = 2, steps: int = 8, device=None, batch: int = 16, o
     flbridge.init()
     if not flbridge.chips():
         out("no fl devices: set FLBRIDGE_DEVICE_DIR to a folder of device specs")
-        return 1
-    chip = chip_for(device if device is not None else current_device())
+        return None
     if batch % nproc:
         out(f"the global batch ({batch}) must split evenly over {nproc} processes")
+        return None
+    return chip_for(device if device is not None else current_device())
+
+
+def run_ddp_demo(nproc: int = 2, steps: int = 8, device=None, batch: int = 16, out=print) -> int:
+    chip = demo_chip(device, batch, nproc, out)
+    if chip is None:
         return 1
     cfg = DDPConfig(device=chip.device_type, model="cnn", steps=steps, batch=batch, quiet=True)
     s = chip.spec

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from .ddp import build_model, global_batch, loss_of, run_beside_cpu, spawn
+from .ddp import build_model, demo_chip, global_batch, loss_of, run_beside_cpu, spawn
 
 BUCKET = 5_000_000       # elements per ZeRO communication bucket (20 MB in float32)
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -283,22 +283,13 @@ def _fmt_bytes(n: int) -> str:
 
 def run_deepspeed_demo(nproc: int = 2, steps: int = 4, device=None, batch: int = 8, stage: int = 2,
                        out=print) -> int:
-    import flbridge
-
-    from ..devices import chip_for, current_device
-
     import importlib.util
     if importlib.util.find_spec("deepspeed") is None:
         out("the DeepSpeed demo needs DeepSpeed: pip install deepspeed==0.19.8 (nothing is compiled: "
             "DS_BUILD_OPS=0, the default)")
         return 1
-    flbridge.init()
-    if not flbridge.chips():
-        out("no fl devices: set FLBRIDGE_DEVICE_DIR to a folder of device specs")
-        return 1
-    chip = chip_for(device if device is not None else current_device())
-    if batch % nproc:
-        out(f"the global batch ({batch}) must split evenly over {nproc} processes")
+    chip = demo_chip(device, batch, nproc, out)
+    if chip is None:
         return 1
     cfg = DSConfig(device=chip.device_type, model="cnn", stage=stage, steps=steps, batch=batch, quiet=True)
     s = chip.spec
