@@ -2362,9 +2362,28 @@ static inline void wino_out(const float *m, int64_t ms, const float *bias, float
     }
 }
 
+/* Image n of NHWC `in` into img, a zero-filled float32 buffer of rows x Wb
+ * pixels (C channels each) with the image at (padding[0], padding[1]). */
+static void load_padded_image(const sim_view *in, int64_t n, const int64_t *padding, int64_t rows, int64_t Wb,
+                              float *img) {
+    const int64_t H = in->shape[1], W = in->shape[2], C = in->shape[3];
+    memset(img, 0, (size_t)(rows * Wb * C) * sizeof(float));
+    sim_view src = *in, dst = *in;
+    src.ndim = dst.ndim = 3;
+    src.shape[0] = dst.shape[0] = H;
+    src.shape[1] = dst.shape[1] = W;
+    src.shape[2] = dst.shape[2] = C;
+    src.strides[0] = in->strides[1], src.strides[1] = in->strides[2], src.strides[2] = in->strides[3];
+    src.base = in->base + n * in->strides[0] * (int64_t)sim_dtype_size(in->dtype);
+    dst.dtype = SIM_F32;
+    dst.strides[0] = Wb * C, dst.strides[1] = C, dst.strides[2] = 1;
+    dst.base = (char *)(img + (padding[0] * Wb + padding[1]) * C);
+    copy_view(&src, &dst);
+}
+
 static void conv_winograd(const sim_view *in, const float *wd, const float *bf, const int64_t *padding,
                           int64_t groups, int64_t OH, int64_t OW, const sim_view *out) {
-    const int64_t N = in->shape[0], H = in->shape[1], W = in->shape[2], C = in->shape[3];
+    const int64_t N = in->shape[0], C = in->shape[3];
     const int64_t O = out->shape[3], Og = O / groups, Cg = C / groups;
     const int64_t TH = (OH + 1) / 2, TW = (OW + 1) / 2, T = TH * TW;
     const int64_t Hb = 2 * TH + 2, Wb = 2 * TW + 2;   /* the padded image, every block inside */
@@ -2391,18 +2410,7 @@ static void conv_winograd(const sim_view *in, const float *wd, const float *bf, 
     float *Y = xmalloc((size_t)(2 * TH * 2 * TW * O) * 4);   /* the image's outputs, then rounded once into out */
     const int64_t oes = (int64_t)sim_dtype_size(out->dtype);
     for (int64_t n = 0; n < N; n++) {
-        memset(img, 0, (size_t)(Hb * Wb * C) * sizeof(float));
-        sim_view src = *in, dst = *in;
-        src.ndim = dst.ndim = 3;
-        src.shape[0] = dst.shape[0] = H;
-        src.shape[1] = dst.shape[1] = W;
-        src.shape[2] = dst.shape[2] = C;
-        src.strides[0] = in->strides[1], src.strides[1] = in->strides[2], src.strides[2] = in->strides[3];
-        src.base = in->base + n * in->strides[0] * (int64_t)sim_dtype_size(in->dtype);
-        dst.dtype = SIM_F32;
-        dst.strides[0] = Wb * C, dst.strides[1] = C, dst.strides[2] = 1;
-        dst.base = (char *)(img + (padding[0] * Wb + padding[1]) * C);
-        copy_view(&src, &dst);
+        load_padded_image(in, n, padding, Hb, Wb, img);
         for (int64_t t0 = 0; t0 < T; t0 += WINO_CHUNK) {
             const int64_t tc = T - t0 < WINO_CHUNK ? T - t0 : WINO_CHUNK;
             /* V[xi][t][c] = (B^T d B)[xi] for each block t of the chunk, WV channels at a time */
@@ -2457,7 +2465,7 @@ static void conv_winograd(const sim_view *in, const float *wd, const float *bf, 
  * rows are exactly the output pairs (no padding column among them). */
 static void conv_winograd_rows(const sim_view *in, const float *wd, const float *bf, const int64_t *padding,
                                int64_t groups, int64_t OH, int64_t OW, const sim_view *out) {
-    const int64_t N = in->shape[0], H = in->shape[1], W = in->shape[2], C = in->shape[3];
+    const int64_t N = in->shape[0], C = in->shape[3];
     const int64_t O = out->shape[3], Og = O / groups, Cg = C / groups;
     const int64_t J = (OW + 1) / 2, Hp = OH + 2, Wb = 2 * J + 2;   /* pairs per row, padded rows and columns */
     const int64_t plane = Hp * J * C, rows = OH * J;
@@ -2479,18 +2487,7 @@ static void conv_winograd_rows(const sim_view *in, const float *wd, const float 
     const int64_t soff[3] = {0, J * C, 2 * J * C}, slen[3] = {Cg, Cg, Cg};
     const int64_t oes = (int64_t)sim_dtype_size(out->dtype);
     for (int64_t n = 0; n < N; n++) {
-        memset(img, 0, (size_t)(Hp * Wb * C) * sizeof(float));
-        sim_view src = *in, dst = *in;
-        src.ndim = dst.ndim = 3;
-        src.shape[0] = dst.shape[0] = H;
-        src.shape[1] = dst.shape[1] = W;
-        src.shape[2] = dst.shape[2] = C;
-        src.strides[0] = in->strides[1], src.strides[1] = in->strides[2], src.strides[2] = in->strides[3];
-        src.base = in->base + n * in->strides[0] * (int64_t)sim_dtype_size(in->dtype);
-        dst.dtype = SIM_F32;
-        dst.strides[0] = Wb * C, dst.strides[1] = C, dst.strides[2] = 1;
-        dst.base = (char *)(img + (padding[0] * Wb + padding[1]) * C);
-        copy_view(&src, &dst);
+        load_padded_image(in, n, padding, Hp, Wb, img);
         /* T[xi][r][j][c] = (B^T d)[xi], d the 4 pixels 2j .. 2j+3 of padded row r */
         for (int64_t r = 0; r < Hp; r++)
             for (int64_t j = 0; j < J; j++) {
