@@ -38,14 +38,6 @@ static inline char *elem(const sim_view *v, const int64_t *idx) {
     return v->base + o * (int64_t)esz(v);
 }
 
-/* advances a row-major multi-index over shape[0..nd); 0 at the end */
-static inline int next_index(int64_t *idx, const int64_t *shape, int nd) {
-    for (int d = nd - 1; d >= 0; d--) {
-        if (++idx[d] < shape[d]) return 1;
-        idx[d] = 0;
-    }
-    return 0;
-}
 
 static inline int64_t load_i64(const char *p, sim_dtype dt) {
     switch (dt) {
@@ -148,7 +140,7 @@ static sim_status read_indices(const char *fn, const sim_view *v, int64_t size, 
                                 (long long)load_i64(elem(v, idx), v->dtype), (long long)size);
             }
             buf[i++] = x;
-        } while (next_index(idx, v->shape, v->ndim));
+        } while (sim_next_index(idx, v->shape, v->ndim));
     *out = buf;
     return SIM_OK;
 }
@@ -184,7 +176,7 @@ sim_status simk_gather(const char *fn, const char *kernel, const sim_view *self,
             const char *p = elem(&src, idx);
             idx[dim] = keep;
             memcpy(elem(&o, idx), p, es);
-        } while (next_index(idx, o.shape, o.ndim));
+        } while (sim_next_index(idx, o.shape, o.ndim));
     free(own);
     free(iv);
     return SIM_OK;
@@ -224,7 +216,7 @@ sim_status simk_scatter(const char *fn, const char *kernel, const sim_view *self
             if (add) add_into(q, o.dtype, p, srcv.dtype, 1.0);
             else if (srcv.dtype == o.dtype) memcpy(q, p, es);
             else sim_store(q, o.dtype, sim_load(p, srcv.dtype));
-        } while (next_index(idx, ix.shape, ix.ndim));
+        } while (sim_next_index(idx, ix.shape, ix.ndim));
     free(own_s);
     free(iv);
     return SIM_OK;
@@ -308,7 +300,7 @@ sim_status simk_index_add(const char *fn, const char *kernel, const sim_view *se
         b.base += iv[i] * o.strides[dim] * (int64_t)esz(&o);
         if (sim_numel(&a) > 0)
             do add_into(elem(&b, idx), b.dtype, elem(&a, idx), a.dtype, alpha);
-            while (next_index(idx, a.shape, a.ndim));
+            while (sim_next_index(idx, a.shape, a.ndim));
     }
     free(own);
     free(iv);
@@ -378,7 +370,7 @@ static sim_status adv_setup(const char *fn, const sim_view *self, const sim_view
                                 k, (long long)size);
             }
             a->pos[i * n + k] = w;
-            next_index(bi, a->bshape, a->bnd);
+            sim_next_index(bi, a->bshape, a->bnd);
         }
     }
     return SIM_OK;
@@ -479,7 +471,7 @@ sim_status simk_index_put(const char *fn, const char *kernel, const sim_view *se
         int64_t idx[SIM_MAX_DIMS] = {0};
         if (sim_numel(&o) > 0)
             do add_into(elem(&o, idx), o.dtype, elem(&v, idx), v.dtype, 1.0);
-            while (next_index(idx, o.shape, o.ndim));
+            while (sim_next_index(idx, o.shape, o.ndim));
     }
     free(own);
     free(a.pos);
@@ -550,7 +542,7 @@ static void each_row(const sim_view *const *vs, int nv, int64_t dim, row_fn fn, 
             rp[k] = &rows[k];
         }
         fn(ctx, rp, nv);
-    } while (next_index(idx, shape, hd));
+    } while (sim_next_index(idx, shape, hd));
 }
 
 typedef struct {
@@ -767,7 +759,7 @@ sim_status simk_isin(const char *fn, const char *kernel, const sim_view *element
                 double v = sim_load(p, test->dtype);
                 if (v == v) ((double *)set)[i++] = v;   /* NaN matches nothing: left out of the ordered set */
             }
-        } while (next_index(idx, test->shape, test->ndim));
+        } while (sim_next_index(idx, test->shape, test->ndim));
     m = i;
     qsort(set, (size_t)m, 8, ints ? cmp_i64 : cmp_f64);
     uint8_t *res = xmalloc((size_t)(n > 0 ? n : 1));
@@ -785,12 +777,12 @@ sim_status simk_isin(const char *fn, const char *kernel, const sim_view *element
                 found = v == v && bsearch(&v, set, (size_t)m, 8, cmp_f64) != NULL;
             }
             res[i++] = (uint8_t)(found != invert);
-        } while (next_index(idx, elements->shape, elements->ndim));
+        } while (sim_next_index(idx, elements->shape, elements->ndim));
     memset(idx, 0, sizeof idx);
     i = 0;
     if (n > 0)
         do *(uint8_t *)elem(out, idx) = res[i++];
-        while (next_index(idx, out->shape, out->ndim));
+        while (sim_next_index(idx, out->shape, out->ndim));
     free(res);
     free(set);
     return SIM_OK;
@@ -822,7 +814,7 @@ sim_status simk_triangle(const char *fn, const char *kernel, const sim_view *sel
             }
         }
         idx[nd - 2] = idx[nd - 1] = 0;
-    } while (nd > 2 && next_index(idx, out->shape, nd - 2));
+    } while (nd > 2 && sim_next_index(idx, out->shape, nd - 2));
     return SIM_OK;
 }
 

@@ -38,6 +38,15 @@ typedef enum { SIMK_LOGICAL_AND, SIMK_LOGICAL_OR, SIMK_LOGICAL_XOR, SIMK_LOGICAL
  * (sim_launch, which may inject a fault), then compute. */
 
 /* shape/dtype checks shared by the chips */
+/* advances a row-major multi-index over shape[0..nd); 0 once past the end */
+static inline int sim_next_index(int64_t *idx, const int64_t *shape, int nd) {
+    for (int d = nd - 1; d >= 0; d--) {
+        if (++idx[d] < shape[d]) return 1;
+        idx[d] = 0;
+    }
+    return 0;
+}
+
 SIM_HIDDEN sim_status simk_check_same(const char *fn, const char *what, const sim_view *a,
                                       const sim_view *ref);
 SIM_HIDDEN sim_status simk_check_dtype_in(const char *fn, const char *what, const sim_view *v,

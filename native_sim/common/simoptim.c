@@ -77,12 +77,7 @@ sim_status simk_amp_unscale(const char *fn, const char *kernel, const sim_view *
             float v = (float)sim_load(p, g->dtype);
             if (!isfinite(v)) found = 1.0f;
             if (inv != 1.0f) sim_store(p, g->dtype, (double)(v * inv));
-            int d = g->ndim - 1;
-            for (; d >= 0; d--) {
-                if (++idx[d] < g->shape[d]) break;
-                idx[d] = 0;
-            }
-            if (d < 0) break;
+            if (!sim_next_index(idx, g->shape, g->ndim)) break;
         }
     }
     memcpy(first(found_inf), &found, 4);
@@ -191,12 +186,7 @@ sim_status simk_fused_adam(const char *fn, const char *kernel, const sim_view *p
             sim_store(e[0], p->dtype, param);
             sim_store(e[2], m->dtype, ea);
             sim_store(e[3], s->dtype, es);
-            int d = p->ndim - 1;
-            for (; d >= 0; d--) {
-                if (++idx[d] < p->shape[d]) break;
-                idx[d] = 0;
-            }
-            if (d < 0) break;
+            if (!sim_next_index(idx, p->shape, p->ndim)) break;
         }
     }
     return SIM_OK;
@@ -246,12 +236,7 @@ sim_status simk_fused_sgd(const char *fn, const char *kernel, const sim_view *pa
                 grad = nesterov ? grad + mom * buf : buf;
             }
             sim_store(e[0], p->dtype, param - lrf * grad);
-            int d = p->ndim - 1;
-            for (; d >= 0; d--) {
-                if (++idx[d] < p->shape[d]) break;
-                idx[d] = 0;
-            }
-            if (d < 0) break;
+            if (!sim_next_index(idx, p->shape, p->ndim)) break;
         }
     }
     return SIM_OK;

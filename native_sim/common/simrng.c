@@ -94,12 +94,7 @@ static void store_all(const sim_view *out, const double *vals, const int64_t *iv
         } else {
             sim_store(p, out->dtype, vals[i++]);
         }
-        int d = out->ndim - 1;
-        for (; d >= 0; d--) {
-            if (++idx[d] < out->shape[d]) break;
-            idx[d] = 0;
-        }
-        if (d < 0) break;
+        if (!sim_next_index(idx, out->shape, out->ndim)) break;
     } while (1);
 }
 
