@@ -1040,16 +1040,17 @@ TH1API th1Result_t th1IndexAdd(const th1TensorDesc_t *x, int axis, const th1Tens
     return code(simk_index_add(fn, "index_add", &xv, axis, &iv, &sv, alpha, &yv));
 }
 
-static sim_status idx_views(const char *fn, const th1TensorDesc_t *const *idx, int numIdx, sim_view **out) {
+/* n views of a descriptor list (NULL list: *out NULL); *out to free */
+static sim_status list_views(const char *fn, const char *name, const th1TensorDesc_t *const *list, int n,
+                             sim_view **out) {
     *out = NULL;
-    if (!idx || numIdx < 1 || numIdx > TH1_MAX_DIMS)
-        return sim_fail(SIM_E_INVALID_VALUE, fn, "idx: %d descriptors (1..%d)", numIdx, TH1_MAX_DIMS);
-    sim_view *v = malloc((size_t)numIdx * sizeof *v);
+    if (!list) return SIM_OK;
+    sim_view *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
     if (!v) abort();
-    for (int i = 0; i < numIdx; i++) {
-        char what[32];
-        snprintf(what, sizeof what, "idx[%d]", i);
-        sim_status st = view_of(idx[i], &v[i], fn, what, 0);
+    for (int i = 0; i < n; i++) {
+        char what[48];
+        snprintf(what, sizeof what, "%s[%d]", name, i);
+        sim_status st = view_of(list[i], &v[i], fn, what, 0);
         if (st) {
             free(v);
             return st;
@@ -1057,6 +1058,13 @@ static sim_status idx_views(const char *fn, const th1TensorDesc_t *const *idx, i
     }
     *out = v;
     return SIM_OK;
+}
+
+static sim_status idx_views(const char *fn, const th1TensorDesc_t *const *idx, int numIdx, sim_view **out) {
+    *out = NULL;
+    if (!idx || numIdx < 1 || numIdx > TH1_MAX_DIMS)
+        return sim_fail(SIM_E_INVALID_VALUE, fn, "idx: %d descriptors (1..%d)", numIdx, TH1_MAX_DIMS);
+    return list_views(fn, "idx", idx, numIdx, out);
 }
 
 TH1API th1Result_t th1Index(const th1TensorDesc_t *x, const th1TensorDesc_t *const *idx, int numIdx,
@@ -1182,25 +1190,6 @@ TH1API th1Result_t th1AmpUnscale(th1TensorDesc_t *const *grads, int numGrads, th
 }
 
 /* ---------------------------------------------------- fused optimizers */
-
-static sim_status list_views(const char *fn, const char *name, const th1TensorDesc_t *const *list, int n,
-                             sim_view **out) {
-    *out = NULL;
-    if (!list) return SIM_OK;
-    sim_view *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
-    if (!v) abort();
-    for (int i = 0; i < n; i++) {
-        char what[48];
-        snprintf(what, sizeof what, "%s[%d]", name, i);
-        sim_status st = view_of(list[i], &v[i], fn, what, 0);
-        if (st) {
-            free(v);
-            return st;
-        }
-    }
-    *out = v;
-    return SIM_OK;
-}
 
 TH1API th1Result_t th1FusedAdam(th1TensorDesc_t *const *params, th1TensorDesc_t *const *grads,
                                 th1TensorDesc_t *const *expAvgs, th1TensorDesc_t *const *expAvgSqs,

@@ -1157,16 +1157,15 @@ X1_API x1_status_t x1_index_add(const x1_tensor_t *self, int64_t dim, const x1_t
     return code(simk_index_add(fn, "index_add", &in, dim, &ix, &sv, alpha, &o));
 }
 
-/* the views of a descriptor list (*views to free) */
-static sim_status view_list(const char *fn, const char *name, const x1_tensor_t *const *list, int32_t n,
-                            sim_view **views) {
-    *views = NULL;
-    if (!list || n < 1 || n > X1_MAX_DIMS)
-        return sim_fail(SIM_E_INVALID_VALUE, fn, "%s: %d descriptors (1..%d)", name, (int)n, X1_MAX_DIMS);
-    sim_view *v = malloc((size_t)n * sizeof *v);
+/* n views of a descriptor list (NULL list: *out NULL); *out to free */
+static sim_status list_views(const char *fn, const char *name, const x1_tensor_t *const *list, int32_t n,
+                             sim_view **out) {
+    *out = NULL;
+    if (!list) return SIM_OK;
+    sim_view *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
     if (!v) abort();
     for (int32_t i = 0; i < n; i++) {
-        char what[40];
+        char what[48];
         snprintf(what, sizeof what, "%s[%d]", name, (int)i);
         sim_status st = view_of(list[i], &v[i], fn, what, 0);
         if (st) {
@@ -1174,8 +1173,17 @@ static sim_status view_list(const char *fn, const char *name, const x1_tensor_t 
             return st;
         }
     }
-    *views = v;
+    *out = v;
     return SIM_OK;
+}
+
+/* the views of a descriptor list of 1..X1_MAX_DIMS entries (*views to free) */
+static sim_status view_list(const char *fn, const char *name, const x1_tensor_t *const *list, int32_t n,
+                            sim_view **views) {
+    *views = NULL;
+    if (!list || n < 1 || n > X1_MAX_DIMS)
+        return sim_fail(SIM_E_INVALID_VALUE, fn, "%s: %d descriptors (1..%d)", name, (int)n, X1_MAX_DIMS);
+    return list_views(fn, name, list, n, views);
 }
 
 X1_API x1_status_t x1_index(const x1_tensor_t *self, const x1_tensor_t *const *indices, int32_t indices_len,
@@ -1311,26 +1319,6 @@ X1_API x1_status_t x1_amp_unscale(x1_tensor_t *const *grads, int32_t grads_len, 
 }
 
 /* ---------------------------------------------------- fused optimizers */
-
-/* n views of a descriptor list (NULL list: *out NULL); *out to free */
-static sim_status list_views(const char *fn, const char *name, const x1_tensor_t *const *list, int32_t n,
-                             sim_view **out) {
-    *out = NULL;
-    if (!list) return SIM_OK;
-    sim_view *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
-    if (!v) abort();
-    for (int32_t i = 0; i < n; i++) {
-        char what[48];
-        snprintf(what, sizeof what, "%s[%d]", name, (int)i);
-        sim_status st = view_of(list[i], &v[i], fn, what, 0);
-        if (st) {
-            free(v);
-            return st;
-        }
-    }
-    *out = v;
-    return SIM_OK;
-}
 
 X1_API x1_status_t x1_fused_adam(x1_tensor_t *const *params, x1_tensor_t *const *grads, x1_tensor_t *const *exp_avgs,
                                  x1_tensor_t *const *exp_avg_sqs, x1_tensor_t *const *max_exp_avg_sqs,
