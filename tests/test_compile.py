@@ -204,6 +204,93 @@ def test_compiled_adamw_step_follows_the_cpu(th1, capturable):
     assert compile_backend.stats()["replays"] >= 2
 
 
+def test_compiled_adamw_graph_updates_in_place_with_one_lerp_and_constant_fills(x1):
+    m = mlp().to(x1)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2, capturable=True, foreach=True)
+    step = torch.compile(opt.step, backend="fl")
+    m(torch.randn(5, 8).to(x1)).square().mean().backward()
+    step()
+    step()
+    (cg,) = [c for c in compile_backend._COMPILED if c.kind == "inference"]
+    targets = [str(n.target) for n in cg.nodes if n.op == "call_function"]
+    # every update writes where the state lives (no copy back), the first moment is one lerp
+    assert "aten.copy_.default" not in targets
+    assert "aten._foreach_lerp_.Scalar" in targets and "aten._foreach_sub.List" not in targets
+    # the lerp's weights (a full_like per parameter) went with the sub and the addcmul
+    assert len(cg._constant) == 0 and compile_backend.stats()["replays"] == 1
+
+
+def _aten_graph(f, *shapes):
+    from torch.fx.experimental.proxy_tensor import make_fx
+    return make_fx(f, tracing_mode="fake")(*(torch.randn(s) for s in shapes))
+
+
+def _targets(gm):
+    return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def test_reinplacing_writes_an_input_only_when_nothing_reads_it_later():
+    from flbridge.compiler.passes import reinplace_input_updates
+    aten = torch.ops.aten
+
+    def read_before(x):
+        r = aten.add.Tensor(x, 1)
+        y = aten.mul.Tensor(x, 0.5)
+        aten.copy_.default(x, y)
+        return (r,)
+
+    def read_after(x):
+        y = aten.mul.Tensor(x, 0.5)
+        r = aten.add.Tensor(x, 1)
+        aten.copy_.default(x, y)
+        return (r,)
+
+    def view_read_after(x):
+        v = aten.view.default(x, [-1])
+        y = aten.mul.Tensor(x, 0.5)
+        r = aten.add.Tensor(v, 1)
+        aten.copy_.default(x, y)
+        return (r,)
+
+    def foreach_chain(xs, gs):
+        a = aten._foreach_mul.Scalar([xs], 0.9)
+        b = aten._foreach_add.List([a[0]], [gs])
+        aten.copy_.default(xs, b[0])
+        return ()
+
+    gm = _aten_graph(read_before, (3, 4))
+    assert reinplace_input_updates(gm) == 1
+    assert _targets(gm) == ["aten.add.Tensor", "aten.mul_.Tensor"]
+    for f in (read_after, view_read_after):
+        gm = _aten_graph(f, (3, 4))
+        before = _targets(gm)
+        assert reinplace_input_updates(gm) == 0 and _targets(gm) == before
+    gm = _aten_graph(foreach_chain, (3,), (3,))
+    reinplace_input_updates(gm)
+    assert _targets(gm) == ["aten._foreach_mul_.Scalar", "aten._foreach_add_.List"]
+    x, g = torch.randn(3), torch.randn(3)
+    want = x * 0.9 + g
+    gm(x, g)
+    torch.testing.assert_close(x, want)
+
+
+def test_a_constant_fill_is_made_once_and_never_handed_out(x1):
+    def f(x):
+        return x + torch.full_like(x, 3.0), torch.zeros_like(x)
+    cf = torch.compile(f, backend="fl")
+    for _ in range(3):
+        x = torch.randn(4, 5)
+        y, z = cf(x.to(x1))
+        torch.testing.assert_close(y.cpu(), x + 3.0)
+        assert torch.equal(z.cpu(), torch.zeros(4, 5))
+        z.add_(1.0)                  # an output is the caller's: the next call's zeros are new
+    (cg,) = compile_backend._COMPILED
+    assert [str(n.target) for n in cg._constant] == ["aten.full_like.default"]
+    (prog,) = [p for ps in cg.programs.values() for p in ps]
+    labels = [label for s in prog.steps for label in getattr(s, "labels", ())]
+    assert sum("fill" in label for label in labels) == 1      # the zeros output, not the constant
+
+
 def test_capture_false_runs_the_graph_eagerly(x1):
     cm = torch.compile(mlp().to(x1), backend="fl", options={"capture": False})
     x = torch.randn(3, 8)

@@ -36,7 +36,7 @@ import torch.fx
 from ..binding import launch
 from ..tensor import GraphPool, Storage, XPUTensor, make_resident, next_serial
 from ..tensor.traceable import unwrap_arg
-from .passes import reinplace_input_updates, remove_noop_clones
+from .passes import fuse_foreach_lerp, reinplace_input_updates, remove_noop_clones
 
 aten = torch.ops.aten
 
@@ -221,6 +221,7 @@ class CompiledGraph:
         # of AOTAutograd's torch._dynamo.disable around a backward copies it
         self._boxed_call = True
         self.removed_clones = remove_noop_clones(gm) if capture else 0
+        self.fused = fuse_foreach_lerp(gm) if capture else 0
         self.reinplaced = reinplace_input_updates(gm) if capture else 0
         self.gm = gm
         self.capture = capture
@@ -235,6 +236,7 @@ class CompiledGraph:
         self.captures = self.replays = 0
         self._last_use = self._last_uses()
         self._must_be_eager = {n: why for n in self.nodes if (why := _must_be_eager(n)) is not None}
+        self._constant = {n for n in self.nodes if _is_constant_fill(n, self.outputs)}
         # arguments that are not tensors (SymInts of a dynamic graph, ...): part of the program key
         self.scalar_pos = tuple(i for i, n in enumerate(self.placeholders)
                                 if not isinstance(n.meta.get("val"), torch.Tensor))
@@ -319,6 +321,20 @@ class CompiledGraph:
             if n.op == "get_attr":       # a constant of the graph module: the same every call
                 env[n] = prog.consts[n] = _run_node(n, env, self.gm)
                 continue
+            if n in self._constant:
+                # a fill whose value and shape are fixed (AOTAutograd's full_like of a
+                # scalar): made once, outside the recorded calls, kept at its address
+                prev = launch.STATE.capture
+                launch.STATE.capture = None
+                try:
+                    env[n] = out = _run_node(n, env, self.gm)
+                finally:
+                    launch.STATE.capture = prev
+                if type(out) is XPUTensor and out._st.chip is chip:
+                    out._st.fixed = True
+                    rec.keep(out)
+                    continue
+                # not on this chip: an ordinary node after all (a fill is pure: running it again is harmless)
             why = self._must_be_eager.get(n)
             if why is None:
                 rec.begin(next_serial())
@@ -669,6 +685,53 @@ def _must_be_eager(n):
     if isinstance(t, torch._ops.HigherOrderOperator):
         return f"higher-order op {t}"
     return None
+
+
+_FILLS = {aten.full_like.default, aten.zeros_like.default, aten.ones_like.default, aten.full.default,
+          aten.zeros.default, aten.ones.default, aten.scalar_tensor.default}
+
+
+def _is_constant_fill(n, outputs) -> bool:
+    """n fills a new fl tensor with a value fixed in the graph (its shape
+    too: a *_like reads only its argument's metadata), and nothing writes it
+    or sees it outside the graph: one tensor made at capture serves every
+    call."""
+    if n.op != "call_function" or n.target not in _FILLS or n in outputs:
+        return False
+    v = n.meta.get("val")
+    if not isinstance(v, torch.Tensor) or v.device.type != "fl":
+        return False
+    like = n.target in (aten.full_like.default, aten.zeros_like.default, aten.ones_like.default)
+    rest = n.args[1:] if like else n.args
+    if any(isinstance(a, torch.fx.Node) for a in (*rest, *n.kwargs.values())) \
+            or any(isinstance(a, torch.SymInt) or isinstance(a, (list, tuple)) and any(isinstance(b, torch.SymInt)
+                   for b in a) for a in (*n.args, *n.kwargs.values())):
+        return False
+    if like and any(isinstance(d, torch.SymInt) for d in (*n.args[0].meta["val"].shape,)):
+        return False
+    for u in n.users:
+        if u.op != "call_function":
+            return False
+        if u.target is operator.getitem:
+            return False
+        if isinstance(u.target, torch._ops.OpOverload):
+            if any(_holds(u.args[k] if k < len(u.args) else u.kwargs.get(a.name), n)
+                   for k, a in enumerate(u.target._schema.arguments)
+                   if a.alias_info is not None and a.alias_info.is_write):
+                return False
+            if any(r.alias_info is not None for r in u.target._schema.returns) and _holds(u.args[:1], n):
+                return False     # a view of it might be written or leave the graph
+        else:
+            return False
+    return True
+
+
+def _holds(a, n) -> bool:
+    if a is n:
+        return True
+    if isinstance(a, (list, tuple)):
+        return any(_holds(b, n) for b in a)
+    return False
 
 
 def _fake_tensors(n):

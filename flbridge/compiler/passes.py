@@ -1,7 +1,8 @@
 """Graph passes on AOTAutograd's aten graphs before they are lowered: no-op
 clones dropped, and functional updates of graph inputs (x = op(x); copy_(x_in,
 x)) turned back into in-place ops, singly or as one _foreach_ op, so a
-replayed step writes parameters and optimizer state where they live."""
+replayed step writes parameters and optimizer state where they live; and
+Dynamo's spelling of _foreach_lerp_ put back into one lerp."""
 from __future__ import annotations
 
 import operator
@@ -47,6 +48,56 @@ def remove_noop_clones(gm: torch.fx.GraphModule) -> int:
     return removed
 
 
+def fuse_foreach_lerp(gm: torch.fx.GraphModule) -> int:
+    """Dynamo traces ``torch._foreach_lerp_(xs, ends, w)`` (AdamW's first
+    moment) through its polyfill, as ``d = _foreach_sub(ends, xs)`` and
+    ``_foreach_addcmul(xs, d, [full_like(d_i, w), ...])``: three kernels and
+    two temporaries per tensor where the chip has one lerp.  This puts the
+    lerp back (``_foreach_lerp.Scalar(xs, ends, w)``, the op eager runs)."""
+    g = gm.graph
+    done = 0
+    for n in list(g.nodes):
+        if n.op != "call_function" or n.target is not aten._foreach_addcmul.Scalar or len(n.args) != 3 \
+                or n.kwargs.get("value", 1) != 1:
+            continue
+        xs, ds, ws = n.args
+        if not (isinstance(ds, (list, tuple)) and isinstance(ws, (list, tuple)) and len(ds) == len(ws) == len(xs)):
+            continue
+        if ws and isinstance(ws[0], torch.fx.Node) and ws[0].target is operator.getitem:
+            ds, ws = ws, ds          # addcmul(x, w, d) and addcmul(x, d, w) alike
+        sub = ds[0].args[0] if isinstance(ds[0], torch.fx.Node) and ds[0].args else None
+        if not (isinstance(sub, torch.fx.Node) and sub.target is aten._foreach_sub.List
+                and sub.kwargs.get("alpha", 1) == 1 and len(sub.args) == 2 and list(sub.args[1]) == list(xs)
+                and len(sub.users) == len(ds)):
+            continue
+        if not all(isinstance(d, torch.fx.Node) and d.target is operator.getitem and d.args == (sub, i)
+                   for i, d in enumerate(ds)):
+            continue
+        weights = set()
+        for d, w in zip(ds, ws):
+            if not (isinstance(w, torch.fx.Node) and w.target is aten.full_like.default and len(w.args) == 2
+                    and not isinstance(w.args[1], torch.fx.Node) and set(w.users) == {n}
+                    and not {k for k in w.kwargs if k not in ("pin_memory", "dtype", "layout", "device")}
+                    and _same_layout(w, d) and set(d.users) <= {n, w}):
+                break
+            weights.add(w.args[1])
+        else:
+            if len(weights) != 1:
+                continue
+            n.target = aten._foreach_lerp.Scalar
+            n.args = (xs, sub.args[0], weights.pop())
+            for w in ws:
+                g.erase_node(w)
+            for d in ds:
+                g.erase_node(d)
+            g.erase_node(sub)
+            done += 1
+    if done:
+        g.lint()
+        gm.recompile()
+    return done
+
+
 def _inplace_variant(op):
     """aten.add.Tensor -> aten.add_.Tensor (None if there is none with the same arguments)."""
     if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
@@ -66,10 +117,12 @@ def _inplace_variant(op):
 
 def reinplace_input_updates(gm: torch.fx.GraphModule) -> int:
     """`y = op(x, ...); ...; x.copy_(y)` -> `op_(x, ...)`, for a graph input x
-    that nothing reads after op but that final copy.  A functional graph of
-    an in-place update (an optimizer step: AOTAutograd writes each mutated
-    input back with copy_) then costs one kernel per update, not two; the
-    values are the same (op_ writes what op returned, into x)."""
+    that nothing reads after op but that final copy (earlier reads are fine:
+    they see x before op_ writes it).  A functional graph of an in-place
+    update (an optimizer step: AOTAutograd writes each mutated input back
+    with copy_) then costs one kernel per update, not two; the values are
+    the same (op_ writes what op returned, into x, and whatever read y reads
+    x)."""
     g = gm.graph
     nodes = list(g.nodes)
     order = {n: i for i, n in enumerate(nodes)}
@@ -89,7 +142,8 @@ def reinplace_input_updates(gm: torch.fx.GraphModule) -> int:
         if y.op != "call_function" or not y.args or y.args[0] is not x:
             continue
         inplace = _inplace_variant(y.target)
-        if inplace is None or not _same_layout(x, y) or set(x.users) != {y, n}:
+        if inplace is None or not _same_layout(x, y) or not _only_read_before(x, y, n, order) \
+                or any(a is x for a in y.args[1:]) or any(v is x for v in y.kwargs.values()):
             continue
         y.target = inplace
         n.replace_all_uses_with(x)
@@ -102,37 +156,99 @@ def reinplace_input_updates(gm: torch.fx.GraphModule) -> int:
     return done
 
 
-def _try_foreach(g, op_node, order):
-    """A _foreach op whose every result is copied back into its own first
-    list argument (a placeholder read by nothing else)."""
-    if op_node.meta.get("_fl_reinplaced") or not op_node.args or not isinstance(op_node.args[0], (list, tuple)):
+def _try_foreach(g, last, order):
+    """A chain of _foreach ops, each taking the one before's results as its
+    first list (and nothing else using them), whose first op reads a list of
+    graph inputs and whose last op's results are each copied back into its
+    own input: every op of the chain becomes in-place on the inputs.
+    (AdamW's `exp_avg_sq * beta2 + (1 - beta2) * grad**2` is such a chain
+    of two.)"""
+    if last.meta.get("_fl_reinplaced"):
         return
-    inplace = _inplace_variant(op_node.target)
-    if inplace is None:
-        return
-    xs = op_node.args[0]
+    chain = [last]                       # last op first
+    while True:
+        op = chain[-1]
+        if not op.args or not isinstance(op.args[0], (list, tuple)) or _inplace_variant(op.target) is None:
+            return
+        first = op.args[0]
+        if all(isinstance(a, torch.fx.Node) and a.op == "placeholder" for a in first):
+            break
+        prev = first[0].args[0] if isinstance(first[0], torch.fx.Node) and first[0].args else None
+        if not (isinstance(prev, torch.fx.Node) and prev.op == "call_function" and len(prev.users) == len(first)
+                and all(isinstance(a, torch.fx.Node) and a.op == "call_function" and a.target is operator.getitem
+                        and a.args == (prev, i) and set(a.users) == {op} for i, a in enumerate(first))):
+            return
+        chain.append(prev)
+    xs = chain[-1].args[0]
     gets = {}
-    for u in op_node.users:
+    for u in last.users:
         if u.op != "call_function" or u.target is not operator.getitem:
             return
         gets[u.args[1]] = u
     copies = []
     for i, x in enumerate(xs):
         y = gets.get(i)
-        if not isinstance(x, torch.fx.Node) or x.op != "placeholder" or y is None or not _same_layout(x, y):
+        if y is None or not _same_layout(x, y) or xs.count(x) != 1:
             return
         cp = [u for u in y.users if u.op == "call_function" and u.target is aten.copy_.default
               and u.args[0] is x and u.args[1] is y]
-        if len(cp) != 1 or set(x.users) != {op_node, cp[0]} or xs.count(x) != 1:
+        if len(cp) != 1 or not _only_read_before(x, chain[-1], cp[0], order):
             return
         copies.append((x, y, cp[0]))
-    op_node.target = inplace
-    op_node.meta["_fl_reinplaced"] = True
+    # each op_ writes x[i] while it reads its other arguments: none of them may
+    # hold an x or a result of the chain
+    inner = {x for x, _, _ in copies}
+    for op in chain:
+        inner.update(op.args[0])
+    for op in chain:
+        for a in (*op.args[1:], *op.kwargs.values()):
+            for b in (a if isinstance(a, (list, tuple)) else (a,)):
+                if b in inner:
+                    return
+    for op in reversed(chain[:-1]):          # the in-between results: x itself now
+        for k, item in enumerate(op.args[0]):
+            if not _same_layout(xs[k], item):
+                return
+    for op in chain[:-1]:
+        items = op.args[0]
+        op.args = (list(xs), *op.args[1:])
+        for item in items:
+            g.erase_node(item)
+    for op in chain:
+        op.target = _inplace_variant(op.target)
+        op.meta["_fl_reinplaced"] = True
     for x, y, cp in copies:
         cp.replace_all_uses_with(x)
         g.erase_node(cp)
         y.replace_all_uses_with(x)
         g.erase_node(y)
+
+
+def _only_read_before(x, op_node, copy_node, order) -> bool:
+    """Every use of x but op_node and the final copy comes before op_node,
+    and so does every use of a view of x (so writing op's result into x
+    hides nothing a later node reads)."""
+    at = order[op_node]
+
+    def before(v, skip):
+        for u in v.users:
+            if u in skip:
+                continue
+            if order[u] >= at or (_aliases(u) and not before(u, ())):
+                return False
+        return True
+    return before(x, (op_node, copy_node))
+
+
+def _aliases(n) -> bool:
+    """n's result may share memory with an argument (a view, getitem)."""
+    if n.op != "call_function":
+        return True
+    if n.target is operator.getitem:
+        return True
+    if isinstance(n.target, torch._ops.OpOverload):
+        return any(r.alias_info is not None for r in n.target._schema.returns)
+    return True
 
 
 def _same_layout(x, y) -> bool:
