@@ -28,7 +28,6 @@ batch size or a dynamic shape costs one eager run, then replays.
 """
 from __future__ import annotations
 
-import operator
 
 import torch
 import torch.fx
@@ -36,12 +35,15 @@ import torch.fx
 from ..binding import launch
 from ..tensor import GraphPool, Storage, XPUTensor, make_resident, next_serial
 from ..tensor.traceable import unwrap_arg
+from .nodes import is_constant_fill, must_be_eager
 from .passes import fuse_foreach_lerp, reinplace_input_updates, remove_noop_clones
 
 aten = torch.ops.aten
 
-# value-slot kinds of a storage the recorded calls point into
-_INPUT, _FRESH, _EAGER, _STATIC = range(4)
+# how a replay makes each graph output (_Program.out_plan)
+_OUT_FRESH, _OUT_INPUT, _OUT_CONST, _OUT_ARG, _OUT_NODE = range(5)
+_make_wrapper = torch.Tensor._make_wrapper_subclass
+_storage_offset = torch.Tensor.storage_offset
 
 
 class _Recorder:
@@ -198,13 +200,30 @@ class _Program:
         self.slot_pos = pos
         self.fresh_pos = fpos
         self.placeholder_index = {n: i for i, n in enumerate(placeholders)}
+        # how each output is made per call: most are new tensors over a fresh or input storage
+        plan = []
+        for o in outputs:
+            if not isinstance(o, torch.fx.Node):
+                plan.append((_OUT_CONST, o))
+            elif o in self.placeholder_index:
+                plan.append((_OUT_ARG, self.placeholder_index[o]))
+            elif o in self.consts:
+                plan.append((_OUT_CONST, self.consts[o]))
+            else:
+                d = self.values.get(o)
+                if d is not None and d[0] not in ("const", "seq") and d[0][0] in ("fresh", "in"):
+                    kind = _OUT_FRESH if d[0][0] == "fresh" else _OUT_INPUT
+                    at = fpos[d[0]] if kind == _OUT_FRESH else pos[d[0]]
+                    plan.append((kind, at, *d[1:]))
+                else:
+                    plan.append((_OUT_NODE, o))
+        self.out_plan = tuple(plan)
 
     def matches(self, args) -> bool:
         """This capture serves these arguments: same storage offsets (and the
         same sharing of storages where the capture had some)."""
-        for i, off in zip(self.in_args, self.offsets):
-            if args[i].storage_offset() != off:
-                return False
+        if tuple(map(_storage_offset, map(args.__getitem__, self.in_args))) != self.offsets:
+            return False
         if self.has_alias:
             for j, i in self.aliases:
                 if args[i].__dict__.get("_st") is not args[j].__dict__.get("_st"):
@@ -235,8 +254,8 @@ class CompiledGraph:
         self.max_programs = max_programs
         self.captures = self.replays = 0
         self._last_use = self._last_uses()
-        self._must_be_eager = {n: why for n in self.nodes if (why := _must_be_eager(n)) is not None}
-        self._constant = {n for n in self.nodes if _is_constant_fill(n, self.outputs)}
+        self._must_be_eager = {n: why for n in self.nodes if (why := must_be_eager(n)) is not None}
+        self._constant = {n for n in self.nodes if is_constant_fill(n, self.outputs)}
         # arguments that are not tensors (SymInts of a dynamic graph, ...): part of the program key
         self.scalar_pos = tuple(i for i, n in enumerate(self.placeholders)
                                 if not isinstance(n.meta.get("val"), torch.Tensor))
@@ -527,8 +546,25 @@ class CompiledGraph:
                     if type(t) is XPUTensor:
                         eager_st[("eager", step.node, j)] = t._st
         chip.stats.replayed_kernels += replayed
-        ctx = (prog, args, sts, fresh, eager_st, env)
-        return [_value(o, ctx) for o in self.outputs]
+        outs = []
+        dev = chip.device
+        ctx = None
+        for item in prog.out_plan:
+            kind = item[0]
+            if kind == _OUT_FRESH or kind == _OUT_INPUT:
+                _, at, shape, strides, offset, dtype = item
+                t = _make_wrapper(XPUTensor, shape, strides=strides, storage_offset=offset, dtype=dtype, device=dev)
+                t.__dict__["_st"] = fresh[at] if kind == _OUT_FRESH else sts[at]
+                outs.append(t)
+            elif kind == _OUT_CONST:
+                outs.append(item[1])
+            elif kind == _OUT_ARG:
+                outs.append(unwrap_arg(args[item[1]]))
+            else:
+                if ctx is None:
+                    ctx = (prog, args, sts, fresh, eager_st, env)
+                outs.append(_value(item[1], ctx))
+        return outs
 
 
 def _label(step, cfn):
@@ -659,90 +695,6 @@ def _run_node(n, env, gm):
     if n.op == "call_module":
         return gm.get_submodule(n.target)(*conv(n.args), **conv(n.kwargs))
     raise RuntimeError(f"flbridge compile: cannot run FX node {n.format_node()}")
-
-
-_CROSSING = {aten._to_copy.default, aten.copy_.default, aten.copy.default, aten._copy_from.default,
-             aten._copy_from_and_resize.default, aten._local_scalar_dense.default, aten.item.default}
-
-
-def _must_be_eager(n):
-    """Why node n must run eagerly on every call (None if it may be captured)."""
-    if n.op not in ("call_function", "call_method", "call_module"):
-        return None if n.op == "get_attr" else "not an op"
-    t = n.target
-    if isinstance(t, torch._ops.OpOverload):
-        if torch.Tag.nondeterministic_seeded in t.tags:
-            return "random: new numbers every call"
-        if t in _CROSSING:
-            devs = {v.device.type for v in _fake_tensors(n)}
-            if devs - {"fl"} or t in (aten._local_scalar_dense.default, aten.item.default):
-                return "moves data between the host and the device"
-        if any(v.device.type != "fl" for v in _fake_tensors(n)):
-            return "works on CPU tensors"
-        return None
-    if t is operator.getitem:
-        return None
-    if isinstance(t, torch._ops.HigherOrderOperator):
-        return f"higher-order op {t}"
-    return None
-
-
-_FILLS = {aten.full_like.default, aten.zeros_like.default, aten.ones_like.default, aten.full.default,
-          aten.zeros.default, aten.ones.default, aten.scalar_tensor.default}
-
-
-def _is_constant_fill(n, outputs) -> bool:
-    """n fills a new fl tensor with a value fixed in the graph (its shape
-    too: a *_like reads only its argument's metadata), and nothing writes it
-    or sees it outside the graph: one tensor made at capture serves every
-    call."""
-    if n.op != "call_function" or n.target not in _FILLS or n in outputs:
-        return False
-    v = n.meta.get("val")
-    if not isinstance(v, torch.Tensor) or v.device.type != "fl":
-        return False
-    like = n.target in (aten.full_like.default, aten.zeros_like.default, aten.ones_like.default)
-    rest = n.args[1:] if like else n.args
-    if any(isinstance(a, torch.fx.Node) for a in (*rest, *n.kwargs.values())) \
-            or any(isinstance(a, torch.SymInt) or isinstance(a, (list, tuple)) and any(isinstance(b, torch.SymInt)
-                   for b in a) for a in (*n.args, *n.kwargs.values())):
-        return False
-    if like and any(isinstance(d, torch.SymInt) for d in (*n.args[0].meta["val"].shape,)):
-        return False
-    for u in n.users:
-        if u.op != "call_function":
-            return False
-        if u.target is operator.getitem:
-            return False
-        if isinstance(u.target, torch._ops.OpOverload):
-            if any(_holds(u.args[k] if k < len(u.args) else u.kwargs.get(a.name), n)
-                   for k, a in enumerate(u.target._schema.arguments)
-                   if a.alias_info is not None and a.alias_info.is_write):
-                return False
-            if any(r.alias_info is not None for r in u.target._schema.returns) and _holds(u.args[:1], n):
-                return False     # a view of it might be written or leave the graph
-        else:
-            return False
-    return True
-
-
-def _holds(a, n) -> bool:
-    if a is n:
-        return True
-    if isinstance(a, (list, tuple)):
-        return any(_holds(b, n) for b in a)
-    return False
-
-
-def _fake_tensors(n):
-    vals = []
-    for a in (n, *n.all_input_nodes):
-        v = a.meta.get("val")
-        if isinstance(v, torch.Tensor):
-            vals.append(v)
-        elif isinstance(v, (list, tuple)):
-            vals.extend(x for x in v if isinstance(x, torch.Tensor))
-    return vals
 
 
 class _Patcher:

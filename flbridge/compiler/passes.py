@@ -134,7 +134,7 @@ def reinplace_input_updates(gm: torch.fx.GraphModule) -> int:
         if not (isinstance(x, torch.fx.Node) and x.op == "placeholder" and isinstance(y, torch.fx.Node)):
             continue
         if y.op == "call_function" and y.target is operator.getitem:
-            src, i = y.args
+            src, _ = y.args
             if not isinstance(src, torch.fx.Node) or src.op != "call_function":
                 continue
             _try_foreach(g, src, order)

@@ -103,9 +103,10 @@ def _template(index: int, dtype: torch.dtype) -> torch.Tensor:
 
 
 _INNER_STORAGES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_alias = torch.ops.aten.alias.default.redispatch
-_set_storage = torch.ops.aten.set_.source_Storage_storage_offset.redispatch
-_as_strided = torch.ops.aten.as_strided.default.redispatch
+# the ops' C++ redispatch entries (OpOverload.redispatch adds a Python frame per call)
+_alias = torch.ops.aten.alias.default._handle.redispatch_boxed
+_set_storage = torch.ops.aten.set_.source_Storage_storage_offset._handle.redispatch_boxed
+_as_strided = torch.ops.aten.as_strided.default._handle.redispatch_boxed
 
 
 # Stand-in storages get addresses of their own, from a range no host or
