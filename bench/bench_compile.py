@@ -27,6 +27,12 @@ each run as
                   recipe for a compiled optimizer)
   fl compile      the default torch.compile(model) (Inductor's name; fl
                   graphs go to the fl backend)
+  compile=fl, no kernels  (GPT step) compile=fl with every recorded vendor
+                  call replaced by a no-op: the compiled step's cost beyond
+                  its kernels
+  null graphs, cpu / fl  (GPT step) compiled with a backend whose graphs do
+                  no work (they return new, unfilled tensors): PyTorch's own
+                  per-step machinery, on plain CPU tensors and on fl tensors
   fl compile=fl+gf  backend="fl" with PyTorch's guard filter
                   options={"guard_filter_fn":
                   torch.compiler.skip_guard_on_all_nn_modules_unsafe}: no
@@ -63,6 +69,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 import flbridge  # noqa: E402
+import flbridge.compiler.backend as compile_backend  # noqa: E402
 from flbridge.demos.models import TinyGPT, token_batch  # noqa: E402
 
 
@@ -116,7 +123,7 @@ def report(label, res, firsts, target=0.7):
     print(f"  {label}")
     for k, (med, ratio) in res.items():
         extra = f"   first call {firsts[k][0]:5.2f} s ({firsts[k][1]:.2f} s CPU)" if k in firsts else ""
-        print(f"    {k:17s} {med * 1e3:8.2f} ms   x cpu {ratio:5.2f}{extra}")
+        print(f"    {k:22s} {med * 1e3:8.2f} ms   x cpu {ratio:5.2f}{extra}")
     r = res["fl compile=fl"][1]
     print(f"    compile=fl / cpu = {r:.2f} ({'within' if r <= target else 'OVER'} the {target}x target); "
           f"first call {firsts['fl compile=fl'][0]:.2f} s, {firsts['fl compile=fl'][1]:.2f} s CPU "
@@ -205,10 +212,79 @@ def bench_gpt(dev, rounds):
     opt.zero_grad(set_to_none=True)
     with torch.fl.graph(g):
         whole()
+    # the same compiled step with every recorded vendor call replaced by a no-op: what the step
+    # costs beyond its kernels (Dynamo's guards, AOTAutograd's wrappers, autograd, flbridge's replay)
+    before = len(compile_backend._COMPILED)
+    c_floor = step(copy.deepcopy(cpu_m).to(dev), fi, ft, {"backend": "fl"}, capturable=True)
+    c_floor()
+    stub_calls(compile_backend._COMPILED[before:])
+    # PyTorch's own per-step machinery (Dynamo, AOTAutograd, autograd, the optimizer's Python)
+    # with graphs that do nothing: on plain CPU tensors, and on fl tensors
+    null_cpu = step(copy.deepcopy(cpu_m), idx, tgt, {"backend": null_backend()}, capturable=True)
+    null_fl = step(copy.deepcopy(cpu_m).to(dev), fi, ft, {"backend": null_backend()}, capturable=True)
+    null_cpu()
+    null_fl()
     steps = {"cpu": cpu_step, "fl eager": fl_step, "fl replay": g.replay, "fl compile=fl": c_fl,
-             "fl compile": c_default}
+             "fl compile": c_default, "compile=fl, no kernels": c_floor, "null graphs, cpu": null_cpu,
+             "null graphs, fl": null_fl}
     res = side_by_side(steps, rounds)
     report("gpt train step", res, firsts)
+    floor, replay = res["compile=fl, no kernels"][1], res["fl replay"][1]
+    plain = res["null graphs, cpu"][1]
+    print(f"    beyond the kernels the compiled step costs {floor:.2f}x the cpu (PyTorch's machinery alone: "
+          f"{res['null graphs, fl'][1]:.2f}x on fl tensors, {plain:.2f}x on plain tensors); with the kernels "
+          f"as replayed ({replay:.2f}x): {floor + replay:.2f}x here, {plain + replay:.2f}x with plain tensors' "
+          f"machinery and no flbridge Python at all")
+
+
+def null_backend():
+    """A torch.compile backend whose AOTAutograd graphs run once (through flbridge for fl
+    graphs), then hand back new, unfilled tensors of the first call's outputs every call:
+    what remains is PyTorch's per-call machinery (guards, AOTAutograd's wrappers, autograd)."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    from flbridge.compiler.lowering import CompiledGraph
+    from flbridge.tensor import XPUTensor
+    from flbridge.tensor.traceable import unwrap_arg
+    from flbridge.tensor.xpu_tensor import new_tensor
+
+    def compiler(g, _inputs):
+        first = []
+
+        def run(args):
+            if not first:
+                on_fl = any(isinstance(unwrap_arg(a), XPUTensor) for a in args)
+                first.append(CompiledGraph(g, capture=False)(args) if on_fl else g(*args))
+                args.clear()
+                return list(first[0])
+            args.clear()
+            out = []
+            for v in first[0]:
+                if type(v) is XPUTensor:
+                    v = new_tensor(v._st.chip, tuple(v.shape), v.stride(), v.dtype)
+                elif isinstance(v, torch.Tensor):
+                    v = torch.empty_strided(v.shape, v.stride(), dtype=v.dtype)
+                out.append(v)
+            return out
+        run._boxed_call = True
+        return run
+    return aot_autograd(fw_compiler=compiler, bw_compiler=compiler, inference_compiler=compiler,
+                        keep_inference_input_mutations=True)
+
+
+def stub_calls(graphs):
+    """Replaces the recorded vendor calls of these compiled graphs with a C-level no-op that
+    returns the runtime's success code (the timing floor: everything but the kernels runs)."""
+    import functools
+
+    from flbridge.compiler.lowering import _Segment
+    for cg in graphs:
+        for progs in cg.programs.values():
+            for prog in progs:
+                ok = functools.partial(int, prog.chip.runtime.ok)
+                for seg in prog.steps:
+                    if isinstance(seg, _Segment):
+                        seg.calls = [(ok, ())] * len(seg.calls)
 
 
 # ------------------------------------------------------------ HF models
