@@ -275,3 +275,18 @@ def test_load_state_dict_into_fl_model(x1):
     dst.load_state_dict(src.state_dict())
     same(dst.weight, src.weight.detach())
     assert dst.weight.device == x1
+
+
+def test_like_factories_follow_each_input_layout_as_on_the_cpu(x1):
+    # the result's geometry is PyTorch's (meta kernel), cached per input geometry and arguments
+    base = torch.randn(2, 3, 4, 5)
+    cases = [base, base.to(memory_format=torch.channels_last), base.transpose(1, 3), base[:, 1], base, base[:, 1]]
+    for t in cases:
+        f = t.to(x1)
+        for make in (lambda a: torch.empty_like(a), lambda a: torch.ones_like(a),
+                     lambda a: torch.zeros_like(a, memory_format=torch.contiguous_format),
+                     lambda a: torch.full_like(a, 2.0, dtype=torch.float16),
+                     lambda a: a.new_empty((3, 2)), lambda a: a.new_empty_strided((2, 3), (1, 2))):
+            got, want = make(f), make(t)
+            assert (got.shape, got.stride(), got.dtype, got.device) == (want.shape, want.stride(), want.dtype, f.device)
+        assert torch.equal(torch.ones_like(f).cpu(), torch.ones_like(t))

@@ -69,18 +69,43 @@ def item(func, args, kwargs):
     return host_view(args[0]).item()
 
 
+_LIKE_GEOMETRY: dict = {}   # (op, input geometry, other arguments) -> (shape, strides, dtype) of the result
+_LIKE_GEOMETRY_MAX = 4096
+
+
+def _like_geometry(func, self, args, kwargs):
+    """The result's (shape, strides, dtype), from PyTorch's meta kernel on a
+    stand-in, once per geometry (memory_format=preserve_format makes it
+    depend on the input's strides)."""
+    rest = {k: v for k, v in kwargs.items() if k not in ("device", "pin_memory")}
+    try:
+        key = (func, tuple(self.shape), self.stride(), self.dtype, self.storage_offset(),
+               tuple(tuple(a) if isinstance(a, list) else a for a in args[1:]), tuple(sorted(rest.items())))
+        hash(key)
+    except TypeError:          # a SymInt or another unhashable argument: no caching
+        key = None
+    geo = _LIKE_GEOMETRY.get(key) if key is not None else None
+    if geo is None:
+        m = func(to_meta(self), *[to_meta(a) for a in args[1:]], **{k: to_meta(v) for k, v in rest.items()})
+        geo = (tuple(m.shape), m.stride(), m.dtype)
+        if key is not None:
+            if len(_LIKE_GEOMETRY) >= _LIKE_GEOMETRY_MAX:
+                _LIKE_GEOMETRY.clear()
+            _LIKE_GEOMETRY[key] = geo
+    return geo
+
+
 def empty_like(func, args, kwargs):
     """empty_like / new_empty / new_empty_strided: allocate, no data."""
     self = args[0]
     device = kwargs.get("device")
-    m = func(to_meta(self), *[to_meta(a) for a in args[1:]],
-             **{k: to_meta(v) for k, v in kwargs.items() if k not in ("device", "pin_memory")})
+    shape, strides, dtype = _like_geometry(func, self, args, kwargs)
     if device is not None and torch.device(device).type == "cpu":
-        return torch.empty_strided(tuple(m.shape), m.stride(), dtype=m.dtype, device="cpu")
+        return torch.empty_strided(shape, strides, dtype=dtype, device="cpu")
     chip = self._st.chip
     if device is not None and torch.device(device).type == "fl":
         chip = chip_for(torch.device(device))
-    return new_tensor(chip, tuple(m.shape), m.stride(), m.dtype)
+    return new_tensor(chip, shape, strides, dtype)
 
 
 def on_device(handler):
