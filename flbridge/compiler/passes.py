@@ -34,18 +34,20 @@ def remove_noop_clones(gm: torch.fx.GraphModule) -> int:
         src = n.args[0]
         if not isinstance(src, torch.fx.Node) or src.op == "placeholder":
             continue
-        a, b = src.meta.get("val"), n.meta.get("val")
-        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-            continue
-        if a.shape != b.shape or a.stride() != b.stride() or a.dtype != b.dtype or a.device != b.device:
+        if not _same_layout(src, n):
             continue
         n.replace_all_uses_with(src)
         g.erase_node(n)
         removed += 1
-    if removed:
-        g.lint()
+    return _recompiled(gm, removed)
+
+
+def _recompiled(gm: torch.fx.GraphModule, changes: int) -> int:
+    """After a pass: the graph checked and its code regenerated, if it changed."""
+    if changes:
+        gm.graph.lint()
         gm.recompile()
-    return removed
+    return changes
 
 
 def fuse_foreach_lerp(gm: torch.fx.GraphModule) -> int:
@@ -92,10 +94,7 @@ def fuse_foreach_lerp(gm: torch.fx.GraphModule) -> int:
                 g.erase_node(d)
             g.erase_node(sub)
             done += 1
-    if done:
-        g.lint()
-        gm.recompile()
-    return done
+    return _recompiled(gm, done)
 
 
 def _inplace_variant(op):
@@ -150,10 +149,7 @@ def reinplace_input_updates(gm: torch.fx.GraphModule) -> int:
         g.erase_node(n)
         done += 1
     done += sum(1 for n in g.nodes if n.meta.get("_fl_reinplaced"))
-    if done:
-        g.lint()
-        gm.recompile()
-    return done
+    return _recompiled(gm, done)
 
 
 def _try_foreach(g, last, order):
