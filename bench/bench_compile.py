@@ -1,6 +1,7 @@
 """torch.compile on fl, side by side with eager, graph replay and the CPU.
 
-    python bench/bench_compile.py [--rounds 9] [--chips xpu:x1,xpu:th1] [--skip-hf] [--hf-only] [--cpu-time]
+    python bench/bench_compile.py [--rounds 9] [--chips xpu:x1,xpu:th1] [--skip-hf] [--hf-only] [--gpt-only]
+                                  [--cpu-time]
 
 (--cpu-time: time per iteration as this process's CPU time, not wall
 time: on a machine shared with other jobs the wall time of a 1 ms step
@@ -388,6 +389,8 @@ def main() -> int:
     ap.add_argument("--chips", default="xpu:x1,xpu:th1")
     ap.add_argument("--skip-hf", action="store_true", help="part 1 only")
     ap.add_argument("--hf-only", action="store_true", help="part 2 only")
+    ap.add_argument("--gpt-only", action="store_true",
+                    help="the GPT step only (its first call is then the process's first compile)")
     ap.add_argument("--cpu-time", action="store_true", help="time iterations by process CPU time")
     a = ap.parse_args()
     global CLOCK
@@ -407,9 +410,10 @@ def main() -> int:
         torch.fl.set_device(dev)
         print(f"\n{chip} ({dev})")
         if not a.hf_only:
-            bench_encoder(dev, a.rounds)
+            if not a.gpt_only:
+                bench_encoder(dev, a.rounds)
             bench_gpt(dev, a.rounds)
-        if not a.skip_hf:
+        if not a.skip_hf and not a.gpt_only:
             bench_hf(dev, max(3, a.rounds // 2))
     return 0
 
