@@ -291,6 +291,42 @@ def test_a_constant_fill_is_made_once_and_never_handed_out(x1):
     assert sum("fill" in label for label in labels) == 1      # the zeros output, not the constant
 
 
+_OPTIMIZERS = {
+    "SGD nesterov": (torch.optim.SGD, dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01)),
+    "Adam amsgrad": (torch.optim.Adam, dict(lr=1e-2, amsgrad=True, capturable=True)),
+    "AdamW maximize": (torch.optim.AdamW, dict(lr=1e-2, maximize=True, weight_decay=0.1, capturable=True)),
+    "RMSprop centered": (torch.optim.RMSprop, dict(lr=1e-2, centered=True, momentum=0.5, capturable=True)),
+    "Adagrad": (torch.optim.Adagrad, dict(lr=0.1)),
+    "Adamax": (torch.optim.Adamax, dict(lr=1e-2, capturable=True)),
+    "NAdam": (torch.optim.NAdam, dict(lr=1e-2, capturable=True)),
+    "RAdam": (torch.optim.RAdam, dict(lr=1e-2, capturable=True)),
+    "Adadelta": (torch.optim.Adadelta, dict(lr=1.0, capturable=True)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(_OPTIMIZERS))
+def test_every_compiled_optimizer_step_follows_the_cpu(th1, name):
+    # the graph passes rewrite each optimizer's update graph (in place, chains, lerp): the values stay the CPU's
+    cls, kw = _OPTIMIZERS[name]
+    cpu = mlp()
+    comp = copy.deepcopy(cpu).to(th1)
+    opt_c = cls(cpu.parameters(), **{k: v for k, v in kw.items() if k != "capturable"})
+    opt = cls(comp.parameters(), **kw)
+    step = torch.compile(opt.step, backend="fl")
+    for _ in range(4):
+        x = torch.randn(5, 8)
+        opt.zero_grad()
+        opt_c.zero_grad()
+        comp(x.to(th1)).square().mean().backward()
+        cpu(x).square().mean().backward()
+        step()
+        opt_c.step()
+    for p, q in zip(comp.parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+    assert compile_backend.stats()["replays"] >= 2
+
+
 def test_capture_false_runs_the_graph_eagerly(x1):
     cm = torch.compile(mlp().to(x1), backend="fl", options={"capture": False})
     x = torch.randn(3, 8)
