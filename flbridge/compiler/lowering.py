@@ -28,7 +28,6 @@ batch size or a dynamic shape costs one eager run, then replays.
 """
 from __future__ import annotations
 
-
 import torch
 import torch.fx
 
