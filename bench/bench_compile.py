@@ -28,12 +28,12 @@ each run as
                   recipe for a compiled optimizer)
   fl compile      the default torch.compile(model) (Inductor's name; fl
                   graphs go to the fl backend)
-  compile=fl, no kernels  (GPT step) compile=fl with every recorded vendor
-                  call replaced by a no-op: the compiled step's cost beyond
-                  its kernels
-  null graphs, cpu / fl  (GPT step) compiled with a backend whose graphs do
-                  no work (they return new, unfilled tensors): PyTorch's own
-                  per-step machinery, on plain CPU tensors and on fl tensors
+  compile=fl, no kernels  compile=fl with every recorded vendor call
+                  replaced by a no-op: the compiled call's cost beyond its
+                  kernels
+  null graphs, cpu / fl  compiled with a backend whose graphs do no work
+                  (they return new, unfilled tensors): PyTorch's own per-call
+                  machinery, on plain CPU tensors and on fl tensors
   fl compile=fl+gf  backend="fl" with PyTorch's guard filter
                   options={"guard_filter_fn":
                   torch.compiler.skip_guard_on_all_nn_modules_unsafe}: no
@@ -155,11 +155,22 @@ def bench_encoder(dev, rounds):
         for_graph(xf)
         with torch.fl.graph(g):
             static_y = for_graph(xf)
+    before = len(compile_backend._COMPILED)
+    c_floor = torch.compile(own_code(copy.deepcopy(enc).to(dev)), backend="fl")
+    fwd(c_floor, xf)()
+    stub_calls(compile_backend._COMPILED[before:])
+    null_cpu = torch.compile(own_code(copy.deepcopy(enc)), backend=null_backend())
+    null_fl = torch.compile(own_code(copy.deepcopy(enc).to(dev)), backend=null_backend())
+    fwd(null_cpu, x)()
+    fwd(null_fl, xf)()
     steps = {"cpu": fwd(enc, x), "fl eager": fwd(eager, xf), "fl replay": g.replay,
-             "fl compile=fl": fwd(c_fl, xf), "fl compile": fwd(c_default, xf), "fl compile=fl+gf": fwd(c_gf, xf)}
+             "fl compile=fl": fwd(c_fl, xf), "fl compile": fwd(c_default, xf), "fl compile=fl+gf": fwd(c_gf, xf),
+             "compile=fl, no kernels": fwd(c_floor, xf), "null graphs, cpu": fwd(null_cpu, x),
+             "null graphs, fl": fwd(null_fl, xf)}
     res = side_by_side(steps, rounds)
     torch.testing.assert_close(static_y.cpu(), ref, rtol=1e-4, atol=1e-5)
     report("encoder fwd", res, firsts)
+    apart(res)
 
 
 def bench_gpt(dev, rounds):
@@ -233,9 +244,14 @@ def bench_gpt(dev, rounds):
              "null graphs, fl": null_fl}
     res = side_by_side(steps, rounds)
     report("gpt train step", res, firsts)
+    apart(res)
+
+
+def apart(res):
+    """The compiled call taken apart: beyond its kernels, and PyTorch's share."""
     floor, replay = res["compile=fl, no kernels"][1], res["fl replay"][1]
     plain = res["null graphs, cpu"][1]
-    print(f"    beyond the kernels the compiled step costs {floor:.2f}x the cpu (PyTorch's machinery alone: "
+    print(f"    beyond the kernels the compiled call costs {floor:.2f}x the cpu (PyTorch's machinery alone: "
           f"{res['null graphs, fl'][1]:.2f}x on fl tensors, {plain:.2f}x on plain tensors); with the kernels "
           f"as replayed ({replay:.2f}x): {floor + replay:.2f}x here, {plain + replay:.2f}x with plain tensors' "
           f"machinery and no flbridge Python at all")

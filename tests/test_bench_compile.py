@@ -20,5 +20,5 @@ def test_bench_compile_takes_the_gpt_step_apart():
                          check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     for row in ("fl replay", "fl compile=fl", "compile=fl, no kernels", "null graphs, cpu", "null graphs, fl",
-                "beyond the kernels the compiled step costs"):
+                "beyond the kernels the compiled call costs"):
         assert row in out.stdout, out.stdout
