@@ -20,6 +20,7 @@ import torch
 from ..specs import LAYOUT_FAMILIES
 from ..tensor import dense_strides, itemsize
 from ..binding import launch
+from .argkeys import remember
 
 
 class Temps:
@@ -125,10 +126,7 @@ def cached_desc(rt, t, dev, offset, shape, strides, dtype):
     key = (dev, offset, shape, strides, dtype)
     desc = rt.desc_cache.get(key)
     if desc is None:
-        desc = rt.desc(dev, shape, strides, dtype, offset)
-        if len(rt.desc_cache) > 8192:
-            rt.desc_cache.clear()
-        rt.desc_cache[key] = desc
+        desc = remember(rt.desc_cache, key, rt.desc(dev, shape, strides, dtype, offset), 8192)
     d = t.__dict__
     d["_d"] = desc
     d["_dd"] = dev

@@ -73,6 +73,23 @@ def meta_key(args, kwargs):
     return (tuple(shape_key(a) for a in args), tuple((k, shape_key(v)) for k, v in sorted(kwargs.items())))
 
 
+def meta_key_or_none(args, kwargs):
+    """meta_key, or None for a call it cannot key (no cached decision)."""
+    try:
+        return meta_key(args, kwargs)
+    except TypeError:
+        return None
+
+
+def remember(cache: dict, key, value, limit: int):
+    """cache[key] = value, the whole cache dropped first once it holds more
+    than `limit` entries (decision and geometry caches stay bounded)."""
+    if len(cache) > limit:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
 def to_meta(v):
     """v with every tensor replaced by a meta tensor of the same geometry
     (0-dim CPU tensors stay: PyTorch lets them stand beside any device)."""

@@ -21,6 +21,7 @@ from ..tensor import Storage, XPUTensor, covers_storage, make_resident, resize_f
 from ..binding import callplan as B
 from ..binding import launch
 from ..binding.launch import WATCH
+from .argkeys import remember
 from .adapter import Temps, cached_desc, input_desc, output_desc, padded_input, padded_output, tensor_desc
 from .prepare import (S_ADAPT, S_CONSTANT, S_CPU_SCALAR, S_DESC, S_DESCLIST, S_FIXED, S_FLOAT, S_FRESH, S_INT, S_NULL,
                       S_NUMBER, S_OFFSET, S_OUT, S_PAD_IN, S_PAD_OUT, S_SEED, Prepared, call_key, prepare)
@@ -98,10 +99,7 @@ class NativeKernel:
         key = call_key(vals, self.valued_floats)
         p = self.prepared.get(key)
         if p is None:
-            p = prepare(self, vals, meta)
-            if len(self.prepared) > 4096:
-                self.prepared.clear()
-            self.prepared[key] = p
+            p = remember(self.prepared, key, prepare(self, vals, meta), 4096)
         return p
 
     def run(self, vals, p: Prepared, count: bool = True):

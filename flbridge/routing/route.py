@@ -30,7 +30,7 @@ from ..specs import dtype_name, info, normalize
 from ..tensor import chip_of
 from ..binding import launch
 from .adapter import ARGUMENT_ADAPTERS
-from .argkeys import meta_key, to_meta
+from .argkeys import meta_key_or_none, remember, to_meta
 from .cpu_fallback import cpu_fallback
 from .decompositions import ADDED, DEVICE_ONLY
 from .eligibility import why_not
@@ -63,6 +63,7 @@ _ACTIVE = threading.local()
 # how many decompositions deep the chain looks for ops the chip runs (an op
 # whose decomposition's part decomposes into native ops, and so on)
 MAX_DECOMPOSITION_DEPTH = 4
+_DECISIONS_MAX = 1024   # entries per route's decision cache before it starts over
 
 
 def _decompositions_of(func) -> tuple:
@@ -171,15 +172,13 @@ class OpRoute:
     def _kernel_takes(self, args, kwargs) -> bool:
         """Whether the kernel takes this call, decided on meta stand-ins and
         cached per geometry (an argument adapter asks before it runs anything)."""
-        try:
-            key = meta_key(args, kwargs)
-        except TypeError:
+        key = meta_key_or_none(args, kwargs)
+        if key is None:
             return False
         hit = self.adapt_cache.get(key)
         if hit is None:
-            if len(self.adapt_cache) > 1024:
-                self.adapt_cache.clear()
-            hit = self.adapt_cache[key] = self.native_reason(to_meta(args), to_meta(kwargs)) is None
+            hit = remember(self.adapt_cache, key, self.native_reason(to_meta(args), to_meta(kwargs)) is None,
+                           _DECISIONS_MAX)
         return hit
 
     # ------------------------------------------------------------ chain
@@ -358,14 +357,7 @@ class OpRoute:
         can cost a fallback but never an invalid call)."""
         if not self.decomps:
             return None
-        try:
-            key = meta_key(args, kwargs)
-        except TypeError:
-            return None
-        hit = self.decomp_ok_cache.get(key)
-        if hit is None:
-            return self._decide_decomposition(args, kwargs, key, 0)[0]
-        return hit[0]
+        return self._decomposition_decision(args, kwargs, 0)[0]
 
     def blocking_part(self, args, kwargs) -> str:
         """The op whose absence keeps this call's decomposition off the chip
@@ -378,14 +370,19 @@ class OpRoute:
         that kept it off, with why ("" if one runs, or the op has none)."""
         if not self.decomps:
             return ""
-        try:
-            key = meta_key(args, kwargs)
-        except TypeError:
-            return ""
+        return self._decomposition_decision(args, kwargs, 0)[1]
+
+    def _decomposition_decision(self, args, kwargs, depth: int):
+        """(the decomposition or None, the blocker, whether the depth bound
+        decided it), from the cache or decided now; a call that cannot be
+        keyed has none."""
+        key = meta_key_or_none(args, kwargs)
+        if key is None:
+            return None, "", False
         hit = self.decomp_ok_cache.get(key)
-        if hit is None:
-            hit = self._decide_decomposition(args, kwargs, key, 0)
-        return hit[1]
+        if hit is not None:
+            return hit[0], hit[1], False
+        return self._decide_decomposition(args, kwargs, key, depth)
 
     def _decide_decomposition(self, args, kwargs, key, depth: int):
         """(the decomposition or None, the blocker, whether the depth bound
@@ -407,9 +404,7 @@ class OpRoute:
         finally:
             visiting.discard(mine)
         if found is not None or not limited:
-            if len(self.decomp_ok_cache) > 1024:
-                self.decomp_ok_cache.clear()
-            self.decomp_ok_cache[key] = (found, "" if found is not None else blocker)
+            remember(self.decomp_ok_cache, key, (found, "" if found is not None else blocker), _DECISIONS_MAX)
         return found, ("" if found is not None else blocker), limited and found is None
 
     def _trace_decomposition(self, fn, args, kwargs, depth: int):
@@ -441,15 +436,7 @@ class OpRoute:
                 return f"{part.qualname} ({why}), more than {MAX_DECOMPOSITION_DEPTH} decompositions deep", True
             deeper, cut = "", False
             if part.decomps and not part.forced:
-                try:
-                    pkey = meta_key(a, kw)
-                except TypeError:
-                    pkey = None
-                hit = part.decomp_ok_cache.get(pkey) if pkey is not None else (None, "")
-                if hit is None:
-                    found, deeper, cut = part._decide_decomposition(a, kw, pkey, depth + 1)
-                else:
-                    found, deeper = hit
+                found, deeper, cut = part._decomposition_decision(a, kw, depth + 1)
                 if found is not None:
                     continue
             return f"{part.qualname} ({why})" + (f", whose decomposition needs {deeper}" if deeper else ""), cut

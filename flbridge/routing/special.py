@@ -9,7 +9,7 @@ from ..devices import chip_for
 from ..errors import GraphCaptureError
 from ..tensor import Storage, XPUTensor, covers_storage, host_view, new_tensor
 from ..binding import launch
-from .argkeys import to_meta
+from .argkeys import arg_key, remember, to_meta
 from .route import route
 
 aten = torch.ops.aten
@@ -69,29 +69,19 @@ def item(func, args, kwargs):
     return host_view(args[0]).item()
 
 
-_LIKE_GEOMETRY: dict = {}   # (op, input geometry, other arguments) -> (shape, strides, dtype) of the result
-_LIKE_GEOMETRY_MAX = 4096
+_LIKE_GEOMETRY: dict = {}   # (op, argument keys) -> (shape, strides, dtype) of the result
 
 
 def _like_geometry(func, self, args, kwargs):
     """The result's (shape, strides, dtype), from PyTorch's meta kernel on a
-    stand-in, once per geometry (memory_format=preserve_format makes it
-    depend on the input's strides)."""
+    stand-in, once per argument key (the input's strides matter:
+    memory_format=preserve_format follows them)."""
     rest = {k: v for k, v in kwargs.items() if k not in ("device", "pin_memory")}
-    try:
-        key = (func, tuple(self.shape), self.stride(), self.dtype, self.storage_offset(),
-               tuple(tuple(a) if isinstance(a, list) else a for a in args[1:]), tuple(sorted(rest.items())))
-        hash(key)
-    except TypeError:          # a SymInt or another unhashable argument: no caching
-        key = None
-    geo = _LIKE_GEOMETRY.get(key) if key is not None else None
+    key = (func, tuple(arg_key(a) for a in args), tuple(sorted((k, arg_key(v)) for k, v in rest.items())))
+    geo = _LIKE_GEOMETRY.get(key)
     if geo is None:
         m = func(to_meta(self), *[to_meta(a) for a in args[1:]], **{k: to_meta(v) for k, v in rest.items()})
-        geo = (tuple(m.shape), m.stride(), m.dtype)
-        if key is not None:
-            if len(_LIKE_GEOMETRY) >= _LIKE_GEOMETRY_MAX:
-                _LIKE_GEOMETRY.clear()
-            _LIKE_GEOMETRY[key] = geo
+        geo = remember(_LIKE_GEOMETRY, key, (tuple(m.shape), m.stride(), m.dtype), 4096)
     return geo
 
 

@@ -7,7 +7,7 @@ import torch
 
 from ..devices import checkpoint
 from ..tensor import Storage, XPUTensor, dense_strides, itemsize, set_geometry
-from .argkeys import arg_key, to_meta
+from .argkeys import arg_key, remember, to_meta
 from ..tensor.untyped_storage import owner_storage
 from .route import route
 
@@ -50,10 +50,7 @@ def view_geometry(func, base, args, kwargs):
                                    f"{offset}, and itemsize {itemsize(dtype)} requiring a storage size of {need} "
                                    f"are out of bounds for storage of size {nbytes}")
             geos.append((shape, stride, offset, dtype))
-        got = (many, tuple(geos))
-        if len(_VIEW_GEOMETRY) > 8192:
-            _VIEW_GEOMETRY.clear()
-        _VIEW_GEOMETRY[key] = got
+        got = remember(_VIEW_GEOMETRY, key, (many, tuple(geos)), 8192)
     return got
 
 
