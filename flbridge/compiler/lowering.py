@@ -341,13 +341,9 @@ class CompiledGraph:
                 continue
             if n in self._constant:
                 # a fill whose value and shape are fixed (AOTAutograd's full_like of a
-                # scalar): made once, outside the recorded calls, kept at its address
-                prev = launch.STATE.capture
-                launch.STATE.capture = None
-                try:
-                    env[n] = out = _run_node(n, env, self.gm)
-                finally:
-                    launch.STATE.capture = prev
+                # scalar): made once, kept at its address; the recorder is on only around
+                # the recorded nodes below, so its fill call is not replayed
+                env[n] = out = _run_node(n, env, self.gm)
                 if type(out) is XPUTensor and out._st.chip is chip:
                     out._st.fixed = True
                     rec.keep(out)
