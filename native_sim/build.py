@@ -72,9 +72,12 @@ def _accepts(cc: list[str], flags: list[str]) -> bool:
 def opt_flags(cc: list[str]) -> list[str]:
     # The simulators are built on the machine that runs them, so tuning for
     # this CPU is safe; FLSIM_PORTABLE=1 turns it off for relocatable builds.
+    # -fno-math-errno: no kernel reads errno, and without it a sqrtf in a loop
+    # is a library call that keeps the loop scalar (the results are the same).
+    flags = ["-O3"] + (["-fno-math-errno"] if _accepts(cc, ["-fno-math-errno"]) else [])
     if os.environ.get("FLSIM_PORTABLE") != "1" and _accepts(cc, ["-march=native"]):
-        return ["-O3", "-march=native"]
-    return ["-O3"]
+        return flags + ["-march=native"]
+    return flags
 
 
 def _run(cmd: list[str]) -> None:

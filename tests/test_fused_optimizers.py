@@ -89,6 +89,24 @@ def test_fused_step_matches_the_cpu_optimizer_with_no_cpu_op(th1, cls, kw):
     _no_cpu(th1)
 
 
+@pytest.mark.parametrize("cls,kw", CONFIGS, ids=lambda v: v.__name__ if isinstance(v, type) else
+                         ",".join(f"{k}={x}" for k, x in v.items()))
+def test_fused_step_on_strided_parameters_matches_the_cpu_optimizer(th1, cls, kw):
+    """Transposed (non-contiguous) parameters with contiguous gradients: the
+    vendor kernel's strided loop, where contiguous float32 lists take its
+    flat loop (the test above); both follow the CPU."""
+    params = [p.t().contiguous().t() if p.dim() == 2 else p for p in _params()]
+    assert not params[0].is_contiguous()
+    grads = _grads(params, STEPS)
+    ref, _, updates = _run(cls, kw, params, grads, "cpu", fused=False)
+    got, _, _ = _run(cls, kw, params, grads, th1, fused=True)
+    assert got[0].stride() == params[0].stride()
+    tol = _tol([p.detach() for p in ref], updates, STEPS)
+    for r, g in zip(ref, got):
+        torch.testing.assert_close(g.detach().cpu(), r.detach(), rtol=0, atol=tol)
+    _no_cpu(th1)
+
+
 def test_fused_adamw_and_sgd_on_x1(x1):
     """x1's spec declares the same ops (float32 and float16)."""
     params, grads = _params(), _grads(_params(), STEPS)

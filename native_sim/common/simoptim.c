@@ -122,6 +122,96 @@ static sim_status scale_inf(const char *fn, const sim_view *grad_scale, const si
     return SIM_OK;
 }
 
+/* Adam's per-element update, shared by the flat float32 loop and the strided
+ * loop of any float dtype: the same operations in the same order. */
+typedef struct {
+    float step_size, bc2_sqrt, b1, b2, b2c, wd, lr, eps, gs;
+    int maximize, decoupled;
+} adam_consts;
+
+static inline void adam_element(const adam_consts *c, float *param_, float *grad_, float *ea_, float *es_,
+                                float *mx_) {
+    float param = *param_, grad = *grad_;
+    if (c->gs != 0.0f) {
+        grad = grad / c->gs;
+        *grad_ = grad;                /* the unscaled gradient is written back, as PyTorch does */
+    }
+    if (c->maximize) grad = -grad;
+    if (c->wd != 0.0f) {
+        if (c->decoupled) param = param - c->lr * c->wd * param;
+        else grad = grad + param * c->wd;
+    }
+    float ea = *ea_, es = *es_;
+    ea = ea + c->b1 * (grad - ea);
+    es = c->b2 * es + c->b2c * grad * grad;
+    float denom;
+    if (mx_) {
+        float mv = *mx_;
+        mv = mv > es ? mv : es;
+        *mx_ = mv;
+        denom = sqrtf(mv) / c->bc2_sqrt + c->eps;
+    } else {
+        denom = sqrtf(es) / c->bc2_sqrt + c->eps;
+    }
+    *param_ = param - c->step_size * ea / denom;
+    *ea_ = ea;
+    *es_ = es;
+}
+
+/* distinct arrays (restrict): the compiler may vectorize; each element's
+ * arithmetic is the same IEEE operations as adam_element's */
+static void adam_flat(const adam_consts *cp, int64_t numel, float *restrict pp, float *restrict gp,
+                      float *restrict mp, float *restrict sp, float *restrict xp) {
+    const adam_consts c = *cp;
+    if (xp) {
+        for (int64_t j = 0; j < numel; j++) adam_element(&c, &pp[j], &gp[j], &mp[j], &sp[j], &xp[j]);
+    } else if (c.gs != 0.0f || c.maximize) {
+        for (int64_t j = 0; j < numel; j++) adam_element(&c, &pp[j], &gp[j], &mp[j], &sp[j], NULL);
+    } else {
+        /* no unscale, no maximize, no amsgrad (the common step): straight-line
+         * loops, one per weight-decay form, which the compiler vectorizes */
+        const float lrwd = c.lr * c.wd, wd = c.wd, b1 = c.b1, b2 = c.b2, b2c = c.b2c, eps = c.eps;
+        const float bc2_sqrt = c.bc2_sqrt, step_size = c.step_size;
+        const int form = c.wd == 0.0f ? 0 : c.decoupled ? 1 : 2;
+#define ADAM_PLAIN_LOOP(DECAY)                                               \
+        for (int64_t j = 0; j < numel; j++) {                                \
+            float param = pp[j], grad = gp[j];                               \
+            DECAY;                                                           \
+            float ea = mp[j], es = sp[j];                                    \
+            ea = ea + b1 * (grad - ea);                                      \
+            es = b2 * es + b2c * grad * grad;                                \
+            const float denom = sqrtf(es) / bc2_sqrt + eps;                  \
+            pp[j] = param - step_size * ea / denom;                          \
+            mp[j] = ea;                                                      \
+            sp[j] = es;                                                      \
+        }
+        if (form == 0) {
+            ADAM_PLAIN_LOOP((void)0)
+        } else if (form == 1) {
+            ADAM_PLAIN_LOOP(param = param - lrwd * param)
+        } else {
+            ADAM_PLAIN_LOOP(grad = grad + param * wd)
+        }
+#undef ADAM_PLAIN_LOOP
+    }
+}
+
+/* every given view float32, contiguous and apart from the others (the flat
+ * loops read each array through its own restrict pointer); same shapes are
+ * checked before */
+static int all_f32_contiguous(const sim_view *p, const sim_view *g, const sim_view *m, const sim_view *s,
+                              const sim_view *mx) {
+    const sim_view *vs[5] = {p, g, m, s, mx};
+    const int64_t nbytes = sim_numel(p) * 4;
+    for (int k = 0; k < 5; k++) {
+        if (!vs[k]) continue;
+        if (vs[k]->dtype != SIM_F32 || !sim_is_contiguous(vs[k])) return 0;
+        for (int j = 0; j < k; j++)
+            if (vs[j] && vs[j]->base < vs[k]->base + nbytes && vs[k]->base < vs[j]->base + nbytes) return 0;
+    }
+    return 1;
+}
+
 sim_status simk_fused_adam(const char *fn, const char *kernel, const sim_view *params, const sim_view *grads,
                            const sim_view *exp_avgs, const sim_view *exp_avg_sqs, const sim_view *max_exp_avg_sqs,
                            const sim_view *steps, int n, double lr, double beta1, double beta2, double weight_decay,
@@ -144,13 +234,19 @@ sim_status simk_fused_adam(const char *fn, const char *kernel, const sim_view *p
         float stepf;
         memcpy(&stepf, first(&steps[i]), 4);
         const double bc1 = 1 - pow(beta1, stepf), bc2 = 1 - pow(beta2, stepf);
-        const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-        const float b1 = (float)(1 - beta1), b2 = (float)beta2, b2c = (float)(1 - beta2), wd = (float)weight_decay;
-        const float lrf = (float)lr, epsf = (float)eps;
+        adam_consts c = {(float)(lr / bc1), (float)sqrt(bc2), (float)(1 - beta1), (float)beta2, (float)(1 - beta2),
+                         (float)weight_decay, (float)lr, (float)eps, gs, maximize, decoupled};
         const sim_view *p = &params[i], *g = &grads[i], *m = &exp_avgs[i], *s = &exp_avg_sqs[i];
         const sim_view *mx = amsgrad ? &max_exp_avg_sqs[i] : NULL;
+        const int64_t numel = sim_numel(p);
+        if (numel == 0) continue;
+        if (all_f32_contiguous(p, g, m, s, mx)) {
+            /* the common case (float32 parameters and states): one pass over flat arrays */
+            adam_flat(&c, numel, (float *)p->base, (float *)g->base, (float *)m->base, (float *)s->base,
+                      mx ? (float *)mx->base : NULL);
+            continue;
+        }
         int64_t idx[SIM_MAX_DIMS] = {0};
-        if (sim_numel(p) == 0) continue;
         for (;;) {
             int64_t off[5] = {0};
             const sim_view *vs[5] = {p, g, m, s, mx};
@@ -161,28 +257,11 @@ sim_status simk_fused_adam(const char *fn, const char *kernel, const sim_view *p
                 e[k] = vs[k]->base + off[k] * (int64_t)sim_dtype_size(vs[k]->dtype);
             }
             float param = (float)sim_load(e[0], p->dtype), grad = (float)sim_load(e[1], g->dtype);
-            if (gs != 0.0f) {
-                grad = grad / gs;
-                sim_store(e[1], g->dtype, grad);   /* the unscaled gradient is written back, as PyTorch does */
-            }
-            if (maximize) grad = -grad;
-            if (wd != 0.0f) {
-                if (decoupled) param = param - lrf * wd * param;
-                else grad = grad + param * wd;
-            }
             float ea = (float)sim_load(e[2], m->dtype), es = (float)sim_load(e[3], s->dtype);
-            ea = ea + b1 * (grad - ea);
-            es = b2 * es + b2c * grad * grad;
-            float denom;
-            if (mx) {
-                float mv = (float)sim_load(e[4], mx->dtype);
-                mv = mv > es ? mv : es;
-                sim_store(e[4], mx->dtype, mv);
-                denom = sqrtf(mv) / bc2_sqrt + epsf;
-            } else {
-                denom = sqrtf(es) / bc2_sqrt + epsf;
-            }
-            param = param - step_size * ea / denom;
+            float mv = mx ? (float)sim_load(e[4], mx->dtype) : 0.0f;
+            adam_element(&c, &param, &grad, &ea, &es, mx ? &mv : NULL);
+            if (gs != 0.0f) sim_store(e[1], g->dtype, grad);   /* the unscaled gradient is written back, as PyTorch does */
+            if (mx) sim_store(e[4], mx->dtype, mv);
             sim_store(e[0], p->dtype, param);
             sim_store(e[2], m->dtype, ea);
             sim_store(e[3], s->dtype, es);
@@ -190,6 +269,28 @@ sim_status simk_fused_adam(const char *fn, const char *kernel, const sim_view *p
         }
     }
     return SIM_OK;
+}
+
+/* SGD's per-element update (PyTorch's _fused_sgd_, CPU), shared like adam_element */
+typedef struct {
+    float wd, mom, lr, damp, gs;
+    int nesterov, maximize, is_first_step;
+} sgd_consts;
+
+static inline void sgd_element(const sgd_consts *c, float *param_, float *grad_, float *buf_) {
+    float grad = *grad_;
+    if (c->gs != 0.0f) {
+        grad = grad / c->gs;
+        *grad_ = grad;
+    }
+    if (c->maximize) grad = -grad;
+    if (c->wd != 0.0f) grad = grad + c->wd * *param_;
+    if (buf_) {
+        float buf = c->is_first_step ? grad : c->mom * *buf_ + c->damp * grad;
+        *buf_ = buf;
+        grad = c->nesterov ? grad + c->mom * buf : buf;
+    }
+    *param_ = *param_ - c->lr * grad;
 }
 
 sim_status simk_fused_sgd(const char *fn, const char *kernel, const sim_view *params, const sim_view *grads,
@@ -208,11 +309,18 @@ sim_status simk_fused_sgd(const char *fn, const char *kernel, const sim_view *pa
     }
     if ((st = sim_launch(kernel, fn))) return st;
     if (skip) return SIM_OK;
-    const float wd = (float)weight_decay, mom = (float)momentum, lrf = (float)lr, damp = (float)(1 - dampening);
+    const sgd_consts c = {(float)weight_decay, (float)momentum, (float)lr, (float)(1 - dampening), gs, nesterov,
+                          maximize, is_first_step};
     for (int i = 0; i < n; i++) {
         const sim_view *p = &params[i], *g = &grads[i], *b = momentum != 0 ? &bufs[i] : NULL;
+        const int64_t numel = sim_numel(p);
+        if (numel == 0) continue;
+        if (all_f32_contiguous(p, g, b, NULL, NULL)) {
+            float *pp = (float *)p->base, *gp = (float *)g->base, *bp = b ? (float *)b->base : NULL;
+            for (int64_t j = 0; j < numel; j++) sgd_element(&c, &pp[j], &gp[j], bp ? &bp[j] : NULL);
+            continue;
+        }
         int64_t idx[SIM_MAX_DIMS] = {0};
-        if (sim_numel(p) == 0) continue;
         for (;;) {
             const sim_view *vs[3] = {p, g, b};
             char *e[3] = {0};
@@ -222,20 +330,12 @@ sim_status simk_fused_sgd(const char *fn, const char *kernel, const sim_view *pa
                 for (int d = 0; d < p->ndim; d++) off += idx[d] * vs[k]->strides[d];
                 e[k] = vs[k]->base + off * (int64_t)sim_dtype_size(vs[k]->dtype);
             }
-            /* PyTorch's _fused_sgd_ (CPU) */
             float param = (float)sim_load(e[0], p->dtype), grad = (float)sim_load(e[1], g->dtype);
-            if (gs != 0.0f) {
-                grad = grad / gs;
-                sim_store(e[1], g->dtype, grad);
-            }
-            if (maximize) grad = -grad;
-            if (wd != 0.0f) grad = grad + wd * param;
-            if (b) {
-                float buf = is_first_step ? grad : mom * (float)sim_load(e[2], b->dtype) + damp * grad;
-                sim_store(e[2], b->dtype, buf);
-                grad = nesterov ? grad + mom * buf : buf;
-            }
-            sim_store(e[0], p->dtype, param - lrf * grad);
+            float buf = b ? (float)sim_load(e[2], b->dtype) : 0.0f;
+            sgd_element(&c, &param, &grad, b ? &buf : NULL);
+            if (gs != 0.0f) sim_store(e[1], g->dtype, grad);
+            if (b) sim_store(e[2], b->dtype, buf);
+            sim_store(e[0], p->dtype, param);
             if (!sim_next_index(idx, p->shape, p->ndim)) break;
         }
     }
