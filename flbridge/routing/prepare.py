@@ -83,7 +83,10 @@ def _value_key(v):
     if c is list or c is tuple:
         return tuple(_value_key(x) for x in v)
     if c is XPUTensor:
-        return (v.shape, v.stride(), v.dtype, v._st.chip)
+        k = v.__dict__.get("_k")    # call_key's per-tensor key, kept on the tensor
+        if k is None:
+            k = v.__dict__["_k"] = (v.shape, v.stride(), v.dtype, v._st.chip)
+        return k
     if isinstance(v, torch.Tensor):
         return (v.shape, v.stride(), v.dtype, v.device.type)
     if c in (int, float, bool):
