@@ -441,6 +441,38 @@ def _lerp(chip):
 CASES["mul_tensors"] = ("adam", "mul [256,256] * [256,256]",
                         binary_case("x1_mul", "th1Mul", torch.mul, P))
 
+
+@case("fused_adamw", "adam", "fused AdamW step, 4 x [256,256] (weight decay 0.01)")
+def _fused_adamw(chip):
+    """One _fused_adamw_ over four parameters (the vendor's fused optimizer
+    kernel; flbridge routes torch.optim.AdamW(fused=True) to it)."""
+    n, hp = 4, dict(lr=1e-3, beta1=0.9, beta2=0.999, weight_decay=0.01, eps=1e-8)
+    lists = [[torch.randn(P) for _ in range(n)],                 # params
+             [torch.randn(P) for _ in range(n)],                 # grads
+             [torch.randn(P) * 0.1 for _ in range(n)],           # exp_avg
+             [torch.rand(P) * 0.01 for _ in range(n)],           # exp_avg_sq
+             [torch.tensor(3.0) for _ in range(n)]]              # step (already counted, as PyTorch passes it)
+    put = [[chip.put(t) for t in lst] for lst in lists]
+    ctype = "x1_tensor_t *[]" if chip.kind == "x1" else "th1TensorDesc_t *[]"
+    arrays = [chip.ffi.new(ctype, [d for _, d in lst]) for lst in put]
+    null = chip.ffi.NULL
+    hargs = (hp["lr"], hp["beta1"], hp["beta2"], hp["weight_decay"], hp["eps"])
+    if chip.kind == "x1":
+        sim = lambda: chip.lib.x1_fused_adam(*arrays[:4], null, arrays[4], n, *hargs,  # noqa: E731
+                                             False, False, True, null, null)
+    else:
+        sim = lambda: chip.lib.th1FusedAdam(*arrays[:4], null, arrays[4], n, *hargs,  # noqa: E731
+                                            4, null, null)   # TH1_ADAM_DECOUPLED
+    cpu = [[t.clone() for t in lst] for lst in lists]
+    ref = lambda: torch._fused_adamw_(*cpu[:4], [], cpu[4], amsgrad=False, maximize=False, **hp)  # noqa: E731
+
+    def check():     # sim() ran once: one step from the same state on both sides
+        ref()
+        for k in (0, 2, 3):
+            for (addr, _), want in zip(put[k], cpu[k]):
+                close(chip.get(addr, P), want, rtol=1e-5, atol=1e-7)
+    return sim, ref, check
+
 # ------------------------------------------------------------------- CNN
 
 N_, C_, HW = 8, 16, 32
