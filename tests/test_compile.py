@@ -8,7 +8,9 @@ tolerance).  The model-sized runs (encoder, TinyGPT, HF models) are
 from __future__ import annotations
 
 import copy
+import operator
 import os
+import re
 import subprocess
 import sys
 
@@ -211,8 +213,10 @@ def compiled_step_follows_the_cpu(chip, cls, kw):
 
 
 def test_compiled_adamw_graph_updates_in_place_with_one_lerp_and_constant_fills(x1):
+    """amsgrad: a step the fused kernel does not take (fuse_adam leaves it),
+    so the foreach chain is lowered op by op."""
     m = mlp().to(x1)
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-2, capturable=True, foreach=True)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2, capturable=True, foreach=True, amsgrad=True)
     step = torch.compile(opt.step, backend="fl")
     m(torch.randn(5, 8).to(x1)).square().mean().backward()
     step()
@@ -224,6 +228,88 @@ def test_compiled_adamw_graph_updates_in_place_with_one_lerp_and_constant_fills(
     assert "aten._foreach_lerp_.Scalar" in targets and "aten._foreach_sub.List" not in targets
     # the lerp's weights (a full_like per parameter) went with the sub and the addcmul
     assert len(cg._constant) == 0 and compile_backend.stats()["replays"] == 1
+    assert cg.fused_adam == 0
+
+
+@pytest.mark.parametrize("cls,kw", [(torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.05)),
+                                    (torch.optim.AdamW, dict(lr=3e-3, weight_decay=0.0, betas=(0.8, 0.95))),
+                                    (torch.optim.Adam, dict(lr=1e-2, weight_decay=0.1, eps=1e-6)),
+                                    (torch.optim.Adam, dict(lr=1e-2)),
+                                    (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.05, maximize=True))],
+                         ids=["adamw", "adamw-no-decay", "adam-l2", "adam", "adamw-maximize"])
+def test_compiled_adam_step_is_the_vendors_fused_kernel_and_follows_the_cpu(th1, cls, kw):
+    """The foreach chain of a compiled Adam/AdamW step becomes one
+    _fused_adam(w)_ call (fuse_adam.py) on a chip whose spec has it: one
+    vendor call per step for the update, and the parameters and moments
+    still follow the CPU's eager (foreach) optimizer."""
+    cpu = mlp()
+    comp = copy.deepcopy(cpu).to(th1)
+    opt_c = cls(cpu.parameters(), foreach=True, **kw)
+    opt = cls(comp.parameters(), foreach=True, capturable=True, **kw)
+    step = torch.compile(opt.step, backend="fl")
+    for _ in range(4):
+        x = torch.randn(5, 8)
+        opt.zero_grad()
+        opt_c.zero_grad()
+        comp(x.to(th1)).square().mean().backward()
+        cpu(x).square().mean().backward()
+        step()
+        opt_c.step()
+    (cg,) = [c for c in compile_backend._COMPILED if c.kind == "inference"]
+    targets = [str(n.target) for n in cg.nodes if n.op == "call_function" and n.target is not operator.getitem]
+    # with no weight decay the two kernels make the same update: the pass takes the AdamW one
+    l2 = cls is torch.optim.Adam and kw.get("weight_decay", 0) != 0
+    fused = "aten._fused_adam_.default" if l2 else "aten._fused_adamw_.default"
+    assert cg.fused_adam == 1 and targets == ["aten._foreach_add_.Scalar", fused], targets
+    (prog,) = [p for ps in cg.programs.values() for p in ps]
+    labels = [label for seg in prog.steps for label in getattr(seg, "labels", ())]
+    # the step counters one by one (and the fill of their 1), then one call for the whole update
+    assert len(labels) <= len(list(cpu.parameters())) + 2 and "FusedAdam" in labels[-1], labels
+    for p, q in zip(comp.parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+    for p, q in zip(comp.parameters(), cpu.parameters()):
+        for k in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(opt.state[p][k].cpu(), opt_c.state[q][k], rtol=1e-5, atol=1e-7)
+
+
+@pytest.fixture
+def force_fallback():
+    """Sets FLBRIDGE_FORCE_FALLBACK's patterns for one test (routes made again)."""
+    from flbridge import config
+
+    def force(*patterns):
+        config.CONFIG.force_fallback = [re.compile(p) for p in patterns]
+        for c in flbridge.chips():
+            c.routes.clear()
+    yield force
+    force()
+
+
+def test_adam_chains_the_fused_kernel_does_not_take_stay_as_they_are(x1, force_fallback):
+    """amsgrad (the chain has a running maximum the pass does not match),
+    and a chip that would not run _fused_adamw_ itself: the step is lowered
+    op by op, and still follows the CPU."""
+    for kw, forced in ((dict(amsgrad=True), ()), ({}, ("aten::_fused_adamw_",))):
+        force_fallback(*forced)
+        compile_backend.reset()
+        torch._dynamo.reset()
+        cpu = mlp()
+        comp = copy.deepcopy(cpu).to(x1)
+        opt_c = torch.optim.AdamW(cpu.parameters(), lr=1e-2, foreach=True, **kw)
+        opt = torch.optim.AdamW(comp.parameters(), lr=1e-2, foreach=True, capturable=True, **kw)
+        step = torch.compile(opt.step, backend="fl")
+        for _ in range(3):
+            x = torch.randn(5, 8)
+            opt.zero_grad()
+            opt_c.zero_grad()
+            comp(x.to(x1)).square().mean().backward()
+            cpu(x).square().mean().backward()
+            step()
+            opt_c.step()
+        (cg,) = [c for c in compile_backend._COMPILED if c.kind == "inference"]
+        assert cg.fused_adam == 0
+        for p, q in zip(comp.parameters(), cpu.parameters()):
+            torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
 
 
 def _aten_graph(f, *shapes):
@@ -473,3 +559,74 @@ def test_hf_models_compiled_forward_and_training_step_match_the_cpu(x1, name):
             if q.grad is not None:
                 torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5)
     assert compile_backend.stats()["replays"] >= 2
+
+
+def _adamw_chain(read_between=False, second_moment_first=False):
+    """torch 2.13's _multi_tensor_adam (capturable AdamW) as AOTAutograd
+    hands it to the backend, updates in place, on two parameters."""
+    lr, wd, b1, b2, eps = 1e-2, 0.05, 0.9, 0.999, 1e-8
+
+    def step(p0, p1, g0, g1, m0, m1, v0, v1, s0, s1):
+        ps, gs, ms, vs, ss = [p0, p1], [g0, g1], [m0, m1], [v0, v1], [s0, s1]
+        torch._foreach_add_(ss, 1)
+        torch._foreach_mul_(ps, 1 - lr * wd)
+        if second_moment_first:       # the second moment's updates in the other order: not Adam
+            torch._foreach_addcmul_(vs, gs, gs, 1 - b2)
+            torch._foreach_mul_(vs, b2)
+        else:
+            torch._foreach_lerp_(ms, gs, 1 - b1)
+            torch._foreach_mul_(vs, b2)
+            torch._foreach_addcmul_(vs, gs, gs, 1 - b2)
+        if second_moment_first:
+            torch._foreach_lerp_(ms, gs, 1 - b1)
+        out = ps[0].sum() if read_between else None
+        bc1 = torch._foreach_sub(torch._foreach_pow(b1, ss), 1)
+        bc2 = torch._foreach_neg(torch._foreach_sub(torch._foreach_pow(b2, ss), 1))
+        step_size = torch._foreach_reciprocal(torch._foreach_div(bc1, lr))
+        bc2 = torch._foreach_sqrt(bc2)
+        d = torch._foreach_div(torch._foreach_add(torch._foreach_div(torch._foreach_sqrt(vs), bc2), eps), step_size)
+        torch._foreach_addcdiv_(ps, ms, d)
+        return (out,)
+    return step
+
+
+def _adam_state():
+    g = torch.Generator().manual_seed(0)
+    p, grad = [torch.randn(4, 3, generator=g), torch.randn(3, generator=g)], \
+        [torch.randn(4, 3, generator=g), torch.randn(3, generator=g)]
+    m, v = [torch.randn(4, 3, generator=g) * 0.1, torch.zeros(3)], [torch.rand(4, 3, generator=g) * 0.01, torch.zeros(3)]
+    return p + grad + m + v + [torch.tensor(2.0), torch.tensor(2.0)]
+
+
+def test_fuse_adam_takes_the_exact_chain_and_nothing_that_reads_or_reorders_it():
+    """Pass level (make_fx graphs, CPU tensors, the chip's answer stubbed):
+    the chain becomes one _fused_adamw_ with the optimizer's lr, betas, eps
+    and weight decay, and gives the foreach step's values; a read of a
+    parameter in the middle, or the second moment's updates in another
+    order, leave the graph as it is."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from flbridge.compiler.fuse_adam import fuse_adam_steps
+    asked = []
+
+    def yes(op, args, kwargs):
+        asked.append((op, kwargs))
+        return True
+    gm = make_fx(_adamw_chain())(*_adam_state())
+    assert fuse_adam_steps(gm, yes) == 1
+    assert [t for t in _targets(gm) if "getitem" not in t] == ["aten._foreach_add_.Scalar",
+                                                              "aten._fused_adamw_.default"]
+    (op, kw), = asked
+    assert op is torch.ops.aten._fused_adamw_.default and not kw["maximize"] and not kw["amsgrad"]
+    assert (kw["lr"], kw["beta1"], kw["beta2"], kw["eps"]) == (1e-2, 0.9, 0.999, 1e-8)
+    assert abs(kw["weight_decay"] - 0.05) < 1e-12
+    want, got = _adam_state(), _adam_state()
+    _adamw_chain()(*want)
+    gm(*got)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    for variant in (dict(read_between=True), dict(second_moment_first=True)):
+        gm = make_fx(_adamw_chain(**variant))(*_adam_state())
+        assert fuse_adam_steps(gm, yes) == 0, variant
+    gm = make_fx(_adamw_chain())(*_adam_state())
+    assert fuse_adam_steps(gm, lambda op, args, kwargs: False) == 0

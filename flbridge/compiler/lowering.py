@@ -34,6 +34,7 @@ import torch.fx
 from ..binding import launch
 from ..tensor import GraphPool, Storage, XPUTensor, make_resident, next_serial
 from ..tensor.traceable import unwrap_arg
+from .fuse_adam import chip_runs_natively, fuse_adam_steps
 from .nodes import is_constant_fill, must_be_eager
 from .passes import fuse_foreach_lerp, reinplace_input_updates, remove_noop_clones
 
@@ -241,6 +242,7 @@ class CompiledGraph:
         self.removed_clones = remove_noop_clones(gm) if capture else 0
         self.fused = fuse_foreach_lerp(gm) if capture else 0
         self.reinplaced = reinplace_input_updates(gm) if capture else 0
+        self.fused_adam = fuse_adam_steps(gm, chip_runs_natively) if capture else 0
         self.gm = gm
         self.capture = capture
         self.kind = kind
