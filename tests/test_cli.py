@@ -121,3 +121,16 @@ def test_run_demo_refuses_bad_arguments():
     for kw in ({"steps": 0}, {"batch": -1}, {"steps": 1.5}):
         with pytest.raises(ValueError, match="must be a whole number of at least 1"):
             run_demo(**kw, out=lambda *_: None)
+
+
+@pytest.mark.slow
+def test_compile_demo_trains_with_every_node_replayed(flchips):
+    """`flbridge demo --compile`: compiled forward, backward and AdamW step
+    (the step fused into the chip's kernel) beside the CPU."""
+    from flbridge.demos.compile import run_compile_demo
+    lines = []
+    assert run_compile_demo(steps=2, device="xpu:th1", batch=4, out=lines.append) == 0
+    text = "\n".join(lines)
+    assert "3 graphs (forward, backward, optimizer step)" in text, text
+    assert "every node replayed (nothing had to run eagerly)" in text, text
+    assert "fl compiled" in text and "largest parameter difference after training" in text
