@@ -21,9 +21,9 @@ That is about 14 vendor calls per parameter and a temporary for each. A chip
 whose spec has ``_fused_adam_`` / ``_fused_adamw_`` makes the same update in
 one call for the whole list; :func:`fuse_adam_steps` finds the chain and puts
 that call in its place when the chip runs it natively for these tensors.
-Anything else stays as it is: amsgrad, tensor learning rates or betas, a
-chain whose values something else reads, other ops touching the lists in
-between.
+Anything else stays as it is: amsgrad, tensor learning rates or betas, step
+counters on the CPU (``capturable=False``), a chain whose values something
+else reads, other ops touching the lists in between.
 
 The fused kernel computes the update in another order (bias corrections in
 double, as PyTorch's own fused kernels): results agree with the foreach step
@@ -247,8 +247,8 @@ def chip_runs_natively(op, args, kwargs) -> bool:
     from ..devices import chip_for
     from ..routing import OpRoute
     dev = next(t.device for lst in args for t in lst)
-    if dev.type != "fl":
-        return False
+    if dev.type != "fl" or any(t.device != dev for lst in args for t in lst):
+        return False        # capturable=False keeps the step counters on the CPU
     chip = chip_for(dev)
     r = chip.routes.get(op)
     if r is None:
