@@ -397,6 +397,14 @@ def bench_hf(dev, rounds):
               f"first call (CPU s): forward {first_fwd[1]:.1f}, forward+backward {first_train[1]:.1f}")
 
 
+def setup_process() -> None:
+    """One torch thread (the simulators run one), PyTorch's fused MHA fast
+    path off (the models run as written), flbridge's chips up."""
+    torch.set_num_threads(1)
+    torch.backends.mha.set_fastpath_enabled(False)
+    flbridge.init()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=9)
@@ -410,9 +418,7 @@ def main() -> int:
     global CLOCK
     if a.cpu_time:
         CLOCK = time.process_time
-    torch.set_num_threads(1)
-    torch.backends.mha.set_fastpath_enabled(False)
-    flbridge.init()
+    setup_process()
     t0 = time.perf_counter()
     importlib.import_module("torch._dynamo")  # a process's one-time cost, reported apart from first calls
     importlib.import_module("torch._functorch.aot_autograd")

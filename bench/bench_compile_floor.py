@@ -205,9 +205,7 @@ def main() -> int:
     ap.add_argument("--chips", default="xpu:x1,xpu:th1")
     a = ap.parse_args()
     bc.CLOCK = time.process_time
-    torch.set_num_threads(1)
-    torch.backends.mha.set_fastpath_enabled(False)
-    flbridge.init()
+    bc.setup_process()
     print(f"torch {torch.__version__}, 1 thread; iterations timed by process CPU time; medians of "
           f"{a.rounds} interleaved rounds")
     for chip in a.chips.split(","):

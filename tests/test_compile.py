@@ -191,15 +191,16 @@ def test_compiled_adamw_step_follows_the_cpu(th1, capturable):
     compiled_step_follows_the_cpu(th1, torch.optim.AdamW, dict(lr=1e-2, capturable=capturable))
 
 
-def compiled_step_follows_the_cpu(chip, cls, kw):
-    """Four steps of optimizer `cls` on a small MLP, compiled with backend fl
-    on `chip` and eager on the CPU: the parameters stay the CPU's."""
+def train_beside_the_cpu(chip, cls, kw, steps=4):
+    """`steps` steps of optimizer `cls` on a small MLP, the step compiled
+    with backend fl on `chip` (kw as given) and eager on the CPU (kw without
+    capturable); returns (cpu model, chip model, cpu optimizer, chip optimizer)."""
     cpu = mlp()
     comp = copy.deepcopy(cpu).to(chip)
     opt_c = cls(cpu.parameters(), **{k: v for k, v in kw.items() if k != "capturable"})
     opt = cls(comp.parameters(), **kw)
     step = torch.compile(opt.step, backend="fl")
-    for _ in range(4):
+    for _ in range(steps):
         x = torch.randn(5, 8)
         opt.zero_grad()
         opt_c.zero_grad()
@@ -207,6 +208,13 @@ def compiled_step_follows_the_cpu(chip, cls, kw):
         cpu(x).square().mean().backward()
         step()
         opt_c.step()
+    return cpu, comp, opt_c, opt
+
+
+def compiled_step_follows_the_cpu(chip, cls, kw):
+    """Four steps of optimizer `cls` on a small MLP, compiled with backend fl
+    on `chip` and eager on the CPU: the parameters stay the CPU's."""
+    cpu, comp, _, _ = train_beside_the_cpu(chip, cls, kw)
     for p, q in zip(comp.parameters(), cpu.parameters()):
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
     assert compile_backend.stats()["replays"] >= 2
@@ -242,19 +250,7 @@ def test_compiled_adam_step_is_the_vendors_fused_kernel_and_follows_the_cpu(th1,
     _fused_adam(w)_ call (fuse_adam.py) on a chip whose spec has it: one
     vendor call per step for the update, and the parameters and moments
     still follow the CPU's eager (foreach) optimizer."""
-    cpu = mlp()
-    comp = copy.deepcopy(cpu).to(th1)
-    opt_c = cls(cpu.parameters(), foreach=True, **kw)
-    opt = cls(comp.parameters(), foreach=True, capturable=True, **kw)
-    step = torch.compile(opt.step, backend="fl")
-    for _ in range(4):
-        x = torch.randn(5, 8)
-        opt.zero_grad()
-        opt_c.zero_grad()
-        comp(x.to(th1)).square().mean().backward()
-        cpu(x).square().mean().backward()
-        step()
-        opt_c.step()
+    cpu, comp, opt_c, opt = train_beside_the_cpu(th1, cls, dict(foreach=True, capturable=True, **kw))
     (cg,) = [c for c in compile_backend._COMPILED if c.kind == "inference"]
     targets = [str(n.target) for n in cg.nodes if n.op == "call_function" and n.target is not operator.getitem]
     # with no weight decay the two kernels make the same update: the pass takes the AdamW one
@@ -294,20 +290,8 @@ def test_adam_chains_the_fused_kernel_does_not_take_stay_as_they_are(x1, force_f
         force_fallback(*forced)
         compile_backend.reset()
         torch._dynamo.reset()
-        cpu = mlp()
-        comp = copy.deepcopy(cpu).to(x1)
-        opt_c = torch.optim.AdamW(cpu.parameters(), lr=1e-2, foreach=True, **{k: v for k, v in kw.items()
-                                                                                if k != "capturable"})
-        opt = torch.optim.AdamW(comp.parameters(), lr=1e-2, foreach=True, **{"capturable": True, **kw})
-        step = torch.compile(opt.step, backend="fl")
-        for _ in range(3):
-            x = torch.randn(5, 8)
-            opt.zero_grad()
-            opt_c.zero_grad()
-            comp(x.to(x1)).square().mean().backward()
-            cpu(x).square().mean().backward()
-            step()
-            opt_c.step()
+        cpu, comp, _, _ = train_beside_the_cpu(x1, torch.optim.AdamW,
+                                               dict(lr=1e-2, foreach=True, **{"capturable": True, **kw}), steps=3)
         (cg,) = [c for c in compile_backend._COMPILED if c.kind == "inference"]
         assert cg.fused_adam == 0 and cg.replays == 2, (kw, cg.replays)
         for p, q in zip(comp.parameters(), cpu.parameters()):

@@ -196,32 +196,37 @@ def _producer(lst, target, consumer, chain):
     return src
 
 
-def _negated(grads, readers):
-    """maximize: ``grads' = _foreach_neg(grads)`` read only by `readers`:
-    (the neg, the original grads), or None."""
+def _made_by(grads, target, readers):
+    """The `target` op whose results, one getitem each in order, are
+    `grads`, if only `readers` read them; else None."""
     src = grads[0].args[0] if grads[0].target is operator.getitem else None
-    if not isinstance(src, torch.fx.Node) or src.target is not aten._foreach_neg.default:
+    if not isinstance(src, torch.fx.Node) or src.target is not target:
         return None
     if any(x.target is not operator.getitem or x.args != (src, i) or not set(x.users) <= readers
            for i, x in enumerate(grads)) or len(src.users) != len(grads):
         return None
-    inner = _nodes(src.args[0])
+    return src
+
+
+def _negated(grads, readers):
+    """maximize: ``grads' = _foreach_neg(grads)`` read only by `readers`:
+    (the neg, the original grads), or None."""
+    src = _made_by(grads, aten._foreach_neg.default, readers)
+    inner = _nodes(src.args[0]) if src is not None else None
     return None if inner is None else (src, inner)
 
 
 def _l2_decay(grads, params, readers):
     """Adam's weight decay, ``grads' = _foreach_add(grads, params, alpha=wd)``
     read only by `readers`: (the add, the original grads, wd), or None."""
-    src = grads[0].args[0] if grads[0].target is operator.getitem else None
-    if not isinstance(src, torch.fx.Node) or src.target is not aten._foreach_add.List:
-        return None
-    if any(x.target is not operator.getitem or x.args != (src, i) or not set(x.users) <= readers
-           for i, x in enumerate(grads)) or len(src.users) != len(grads):
+    src = _made_by(grads, aten._foreach_add.List, readers)
+    if src is None:
         return None
     alpha = src.kwargs.get("alpha", src.args[2] if len(src.args) > 2 else 1)
     if _nodes(src.args[1]) != params or type(alpha) not in (float, int) or set(src.kwargs) - {"alpha"}:
         return None
-    return src, _nodes(src.args[0]), alpha
+    inner = _nodes(src.args[0])
+    return None if inner is None else (src, inner, alpha)
 
 
 def _between(r, start, order, back_to=None):
