@@ -158,41 +158,15 @@ static inline void adam_element(const adam_consts *c, float *param_, float *grad
     *es_ = es;
 }
 
-/* distinct arrays (restrict): the compiler may vectorize; each element's
- * arithmetic is the same IEEE operations as adam_element's */
+/* distinct arrays (restrict), loop-invariant flags: the compiler unswitches
+ * and vectorizes these loops (with -fno-math-errno, see native_sim/build.py) */
 static void adam_flat(const adam_consts *cp, int64_t numel, float *restrict pp, float *restrict gp,
                       float *restrict mp, float *restrict sp, float *restrict xp) {
     const adam_consts c = *cp;
     if (xp) {
         for (int64_t j = 0; j < numel; j++) adam_element(&c, &pp[j], &gp[j], &mp[j], &sp[j], &xp[j]);
-    } else if (c.gs != 0.0f || c.maximize) {
-        for (int64_t j = 0; j < numel; j++) adam_element(&c, &pp[j], &gp[j], &mp[j], &sp[j], NULL);
     } else {
-        /* no unscale, no maximize, no amsgrad (the common step): straight-line
-         * loops, one per weight-decay form, which the compiler vectorizes */
-        const float lrwd = c.lr * c.wd, wd = c.wd, b1 = c.b1, b2 = c.b2, b2c = c.b2c, eps = c.eps;
-        const float bc2_sqrt = c.bc2_sqrt, step_size = c.step_size;
-        const int form = c.wd == 0.0f ? 0 : c.decoupled ? 1 : 2;
-#define ADAM_PLAIN_LOOP(DECAY)                                               \
-        for (int64_t j = 0; j < numel; j++) {                                \
-            float param = pp[j], grad = gp[j];                               \
-            DECAY;                                                           \
-            float ea = mp[j], es = sp[j];                                    \
-            ea = ea + b1 * (grad - ea);                                      \
-            es = b2 * es + b2c * grad * grad;                                \
-            const float denom = sqrtf(es) / bc2_sqrt + eps;                  \
-            pp[j] = param - step_size * ea / denom;                          \
-            mp[j] = ea;                                                      \
-            sp[j] = es;                                                      \
-        }
-        if (form == 0) {
-            ADAM_PLAIN_LOOP((void)0)
-        } else if (form == 1) {
-            ADAM_PLAIN_LOOP(param = param - lrwd * param)
-        } else {
-            ADAM_PLAIN_LOOP(grad = grad + param * wd)
-        }
-#undef ADAM_PLAIN_LOOP
+        for (int64_t j = 0; j < numel; j++) adam_element(&c, &pp[j], &gp[j], &mp[j], &sp[j], NULL);
     }
 }
 
