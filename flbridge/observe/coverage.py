@@ -226,11 +226,8 @@ class _Predict(TorchDispatchMode):
         return func(*args, **kwargs)    # item, empty_like, identity, set_, resize_: no kernel
 
     def _routed(self, func, args, kwargs):
-        from ..routing import OpRoute
-        chip = self.chip
-        r = chip.routes.get(func)
-        if r is None:
-            r = chip.routes[func] = OpRoute(chip, func)
+        from ..routing import route_of
+        r = route_of(self.chip, func)
         # the decision code sees plain meta tensors, as when the route traces
         # a decomposition (fake tensors would record FakeTensorMode's own calls)
         with unset_fake_temporarily():

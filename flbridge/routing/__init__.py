@@ -9,4 +9,4 @@ from .dispatch import SPECIAL_HANDLERS, install
 from .kinds import ALIAS, COLLECTIVE, COMPOSITE, FOREACH, INPLACE_VIEW, ROUTED, SPECIAL, SPECIAL_OPS, VIEW, kind
 from .reasons import FAILED, Reason
 from .rng import FlGenerator, counter_based, default_generator, seed_later
-from .route import OpRoute
+from .route import OpRoute, route_of

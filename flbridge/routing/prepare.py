@@ -54,7 +54,7 @@ def call_key(vals, valued_floats):
     for i, v in enumerate(vals):
         c = v.__class__
         if c is XPUTensor:
-            # kept on the tensor: set_geometry() and in-place views drop it
+            # _tensor_key(v), inlined: every native call keys its arguments here
             k = v.__dict__.get("_k")
             if k is None:
                 k = v.__dict__["_k"] = (v.shape, v.stride(), v.dtype, v._st.chip)
@@ -78,21 +78,26 @@ def call_key(vals, valued_floats):
     return tuple(out)
 
 
+def _tensor_key(v):
+    """An XPUTensor's key: geometry, dtype and chip, kept on the tensor
+    (set_geometry() and in-place views drop it)."""
+    k = v.__dict__.get("_k")
+    if k is None:
+        k = v.__dict__["_k"] = (v.shape, v.stride(), v.dtype, v._st.chip)
+    return k
+
+
 def _value_key(v):
     c = v.__class__
     if c is list or c is tuple:
         return tuple(_value_key(x) for x in v)
     if c is XPUTensor:
-        k = v.__dict__.get("_k")    # call_key's per-tensor key, kept on the tensor
-        if k is None:
-            k = v.__dict__["_k"] = (v.shape, v.stride(), v.dtype, v._st.chip)
-        return k
+        return _tensor_key(v)
     if isinstance(v, torch.Tensor):
         return (v.shape, v.stride(), v.dtype, v.device.type)
     if c in (int, float, bool):
         return (c, v)
     return v if isinstance(v, (str, type(None), torch.dtype, torch.device)) else (c, id(v))
-
 
 
 def prepare(k, given, meta=False):

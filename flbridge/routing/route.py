@@ -106,8 +106,16 @@ def route(func, args, kwargs):
         raise RuntimeError("flbridge: dispatch without an fl tensor argument")
     r = chip.routes.get(func)
     if r is None:
-        r = chip.routes[func] = OpRoute(chip, func)
+        r = route_of(chip, func)
     return r(args, kwargs)
+
+
+def route_of(chip, func) -> "OpRoute":
+    """func's route on chip, made on first use and kept in chip.routes."""
+    r = chip.routes.get(func)
+    if r is None:
+        r = chip.routes[func] = OpRoute(chip, func)
+    return r
 
 
 class OpRoute:
@@ -426,9 +434,7 @@ class OpRoute:
                 return f"{self.qualname} itself", False
             if kind(func) != ROUTED:
                 continue  # views, allocation and other metadata ops
-            part = chip.routes.get(func)
-            if part is None:
-                part = chip.routes[func] = OpRoute(chip, func)
+            part = route_of(chip, func)
             why = part.native_reason(a, kw)
             if why is None:
                 continue
