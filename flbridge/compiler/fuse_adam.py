@@ -111,10 +111,10 @@ def _match(r, order):
     params, exp_avgs = _nodes(params), _nodes(exp_avgs)
     if None in (steps, sqs, params, exp_avgs) or not len(params) == len(exp_avgs) == len(sqs) == len(steps):
         return None
-    # the in-place updates before r: lerp (first moment), mul and addcmul (second), the weight decay
-    start = min(order[x] for x in chain)
+    # the in-place updates before r, nearest first: lerp (first moment), mul and addcmul
+    # (second), the weight decay
     lerp = mul2 = addcmul = decay = None
-    for x in _between(r, start - 1, order, back_to=0):
+    for x in _before(r):
         t = x.target if x.op == "call_function" else None
         if t is aten._foreach_lerp_.Scalar and _nodes(x.args[0]) == exp_avgs and lerp is None:
             lerp = x
@@ -178,32 +178,26 @@ def _nodes(lst):
 
 
 def _producer(lst, target, consumer, chain):
-    """The node whose results, one getitem each in order, make up list `lst`,
-    if it is a `target` op and `consumer` is the only user of those
-    getitems (and they are its only users); it joins `chain`."""
-    items = _nodes(lst)
-    if not items:
-        return None
-    src = items[0].args[0] if items[0].target is operator.getitem else None
-    if not isinstance(src, torch.fx.Node) or src.op != "call_function" or src.target is not target:
-        return None
-    for i, x in enumerate(items):
-        if x.target is not operator.getitem or x.args != (src, i) or set(x.users) != {consumer}:
-            return None
-    if len(src.users) != len(items):
-        return None
-    chain.append(src)
+    """The `target` op whose results make up list `lst`, read by `consumer`
+    only (see _made_by); it joins `chain`."""
+    src = _made_by(lst, target, {consumer})
+    if src is not None:
+        chain.append(src)
     return src
 
 
-def _made_by(grads, target, readers):
-    """The `target` op whose results, one getitem each in order, are
-    `grads`, if only `readers` read them; else None."""
-    src = grads[0].args[0] if grads[0].target is operator.getitem else None
-    if not isinstance(src, torch.fx.Node) or src.target is not target:
+def _made_by(lst, target, readers):
+    """The `target` op whose results, one getitem each in order, are the
+    nodes of list `lst`, if only `readers` read them (and they are all its
+    results); else None."""
+    items = _nodes(lst)
+    if not items or items[0].target is not operator.getitem:
+        return None
+    src = items[0].args[0]
+    if not isinstance(src, torch.fx.Node) or src.op != "call_function" or src.target is not target:
         return None
     if any(x.target is not operator.getitem or x.args != (src, i) or not set(x.users) <= readers
-           for i, x in enumerate(grads)) or len(src.users) != len(grads):
+           for i, x in enumerate(items)) or len(src.users) != len(items):
         return None
     return src
 
@@ -229,16 +223,22 @@ def _l2_decay(grads, params, readers):
     return None if inner is None else (src, inner, alpha)
 
 
-def _between(r, start, order, back_to=None):
-    """Nodes strictly between position `start` and r, in order (with
-    `back_to`: from r back to that position, newest first)."""
-    nodes = []
+def _before(r):
+    """The nodes before r, nearest first."""
     x = r.prev
-    stop = back_to if back_to is not None else start
-    while x.op != "root" and order.get(x, -1) > stop:
-        nodes.append(x)
+    while x.op != "root":
+        yield x
         x = x.prev
-    return nodes if back_to is not None else nodes[::-1]
+
+
+def _between(r, start, order):
+    """The nodes after position `start` and before r, in order."""
+    nodes = []
+    for x in _before(r):
+        if order[x] <= start:
+            break
+        nodes.append(x)
+    return nodes[::-1]
 
 
 def _near(a, b) -> bool:
@@ -250,16 +250,11 @@ def chip_runs_natively(op, args, kwargs) -> bool:
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     from ..devices import chip_for
-    from ..routing import OpRoute
+    from ..routing import route_of
+    from ..routing.argkeys import to_meta
     dev = next(t.device for lst in args for t in lst)
     if dev.type != "fl" or any(t.device != dev for lst in args for t in lst):
         return False        # capturable=False keeps the step counters on the CPU
-    chip = chip_for(dev)
-    r = chip.routes.get(op)
-    if r is None:
-        r = chip.routes[op] = OpRoute(chip, op)
     with unset_fake_temporarily():
-        margs = [[torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device="meta") for t in lst]
-                 for lst in args]
-        route, _, _ = r.predict(margs, kwargs)
+        route, _, _ = route_of(chip_for(dev), op).predict(to_meta(args), kwargs)
     return route == "native"
