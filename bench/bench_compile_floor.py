@@ -56,21 +56,13 @@ from flbridge.tensor import traceable  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_compile as bc  # noqa: E402
 
-_STAND_IN_NEXT = [1 << 61]   # addresses of their own, above the stand-ins' range
-
-
 def plain(dev, shape, stride, dtype, offset=0):
     """A plain (no subclass, no Python key) tensor on fl with this geometry
     and a storage of its own that holds no data."""
     itemsize = torch.empty((), dtype=dtype).element_size()
     span = 1 + offset + sum((s - 1) * st for s, st in zip(shape, stride) if s > 0) if all(shape) else 0
-    nbytes = span * itemsize
-    us = torch._C._construct_storage_from_data_pointer(_STAND_IN_NEXT[0], dev, nbytes)
-    _STAND_IN_NEXT[0] += (nbytes + 127) // 64 * 64
-    meta = traceable._META
-    p = traceable._alias(meta, traceable._template(dev.index, dtype))
-    traceable._set_storage(meta, p, us, 0, (0,), (1,))
-    return traceable._as_strided(meta, p, tuple(shape), tuple(stride), offset)
+    return traceable.plain_tensor(traceable.stand_in_storage(span * itemsize, dev), dtype, tuple(shape),
+                                  tuple(stride), offset)
 
 
 def plain_like(dev, t):

@@ -118,26 +118,36 @@ _STAND_IN_BASE = 1 << 60
 _stand_in_next = [_STAND_IN_BASE]
 
 
+def stand_in_storage(nbytes: int, device) -> torch.UntypedStorage:
+    """A C++ storage of nbytes on fl:N with an address range of its own and no data."""
+    addr = _stand_in_next[0]
+    _stand_in_next[0] += (nbytes + 127) // 64 * 64     # 64-byte aligned, a gap between ranges
+    return torch._C._construct_storage_from_data_pointer(addr, device, nbytes)
+
+
 def _inner_storage(st, device):
     """One C++ storage per flbridge Storage (views' stand-ins share it)."""
     us = _INNER_STORAGES.get(st)
     if us is None or us.nbytes() < st.nbytes:
-        addr = _stand_in_next[0]
-        _stand_in_next[0] += (st.nbytes + 127) // 64 * 64     # 64-byte aligned, a gap between ranges
-        us = _INNER_STORAGES[st] = torch._C._construct_storage_from_data_pointer(addr, device, st.nbytes)
+        us = _INNER_STORAGES[st] = stand_in_storage(st.nbytes, device)
     return us
 
 
+def plain_tensor(storage, dtype, shape, stride, offset) -> torch.Tensor:
+    """A plain fl tensor (no subclass, no Python key) over `storage` with this
+    geometry.  Made with the meta kernels called directly (redispatch: no
+    autograd view of the template, no Python modes, works while a
+    FakeTensorMode is active); the storage is first set with an empty
+    geometry, as the storage is fixed-size and the meta set_ would want to
+    resize it."""
+    p = _alias(_META, _template(storage.device.index, dtype))
+    _set_storage(_META, p, storage, 0, (0,), (1,))
+    return _as_strided(_META, p, shape, stride, offset)
+
+
 def make_inner(x: XPUTensor) -> torch.Tensor:
-    """x's stand-in: a plain fl tensor with x's geometry, no data.  Made with
-    the meta kernels called directly (redispatch: no autograd view of the
-    template, no Python modes, works while a FakeTensorMode is active); the
-    storage is first set with an empty geometry, as the storage is fixed-size
-    and the meta set_ would want to resize it."""
-    dev = x.device
-    p = _alias(_META, _template(dev.index, x.dtype))
-    _set_storage(_META, p, _inner_storage(x._st, dev), 0, (0,), (1,))
-    p = _as_strided(_META, p, x.shape, x.stride(), x.storage_offset())
+    """x's stand-in: a plain fl tensor with x's geometry, no data."""
+    p = plain_tensor(_inner_storage(x._st, x.device), x.dtype, x.shape, x.stride(), x.storage_offset())
     d = p.__dict__
     d["_x"] = weakref.ref(x)
     d["_st"] = x._st
