@@ -131,6 +131,14 @@ def report(label, res, firsts, target=0.7):
           f"({'within' if firsts['fl compile=fl'][1] < 5 else 'OVER'} the 5 s target)")
 
 
+def inference(m, inp):
+    """A call of m(inp) under no_grad (the encoder rows)."""
+    def run():
+        with torch.no_grad():
+            return m(inp)
+    return run
+
+
 def bench_encoder(dev, rounds):
     enc = encoder()
     x = torch.randn(8, 32, 64)
@@ -140,11 +148,7 @@ def bench_encoder(dev, rounds):
     c_default = torch.compile(own_code(for_default))
     c_gf = torch.compile(own_code(for_gf), backend="fl", options=GUARD_FILTER)
 
-    def fwd(m, inp):
-        def run():
-            with torch.no_grad():
-                return m(inp)
-        return run
+    fwd = inference
     firsts = {}
     ref = fwd(enc, x)()
     for name, m in (("fl compile=fl", c_fl), ("fl compile", c_default), ("fl compile=fl+gf", c_gf)):
@@ -295,14 +299,19 @@ def stub_calls(graphs):
     returns the runtime's success code (the timing floor: everything but the kernels runs)."""
     import functools
 
+    for prog, seg in segments_of(graphs):
+        seg.calls = [(functools.partial(int, prog.chip.runtime.ok), ())] * len(seg.calls)
+
+
+def segments_of(graphs):
+    """(program, segment of recorded vendor calls) of these compiled graphs, in order."""
     from flbridge.compiler.lowering import _Segment
     for cg in graphs:
         for progs in cg.programs.values():
             for prog in progs:
-                ok = functools.partial(int, prog.chip.runtime.ok)
                 for seg in prog.steps:
                     if isinstance(seg, _Segment):
-                        seg.calls = [(ok, ())] * len(seg.calls)
+                        yield prog, seg
 
 
 # ------------------------------------------------------------ HF models

@@ -49,7 +49,6 @@ import torch  # noqa: E402
 
 import flbridge  # noqa: E402
 import flbridge.compiler.backend as compile_backend  # noqa: E402
-from flbridge.compiler.lowering import _Segment  # noqa: E402
 from flbridge.demos.models import TinyGPT, token_batch  # noqa: E402
 from flbridge.tensor import traceable  # noqa: E402
 
@@ -103,8 +102,7 @@ def plain_null_backend(dev):
 
 def kernels_of(graphs):
     """One call running every recorded vendor call of these compiled graphs back to back."""
-    calls = [c for cg in graphs for progs in cg.programs.values() for prog in progs
-             for seg in prog.steps if isinstance(seg, _Segment) for c in seg.calls]
+    calls = [c for _, seg in bc.segments_of(graphs) for c in seg.calls]
 
     def run():
         for cfn, cargs in calls:
@@ -127,11 +125,7 @@ def bench_encoder(dev, rounds):
     x = torch.randn(8, 32, 64)
     xf = x.to(dev)
 
-    def fwd(m, inp):
-        def run():
-            with torch.no_grad():
-                return m(inp)
-        return run
+    fwd = bc.inference
     before = len(compile_backend._COMPILED)
     c_fl = fwd(torch.compile(bc.own_code(copy.deepcopy(enc).to(dev)), backend="fl"), xf)
     ref = fwd(enc, x)()
