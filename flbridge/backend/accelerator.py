@@ -13,11 +13,14 @@ from __future__ import annotations
 import torch
 
 _ORIGINAL: dict = {}
+_MODULE: list = []      # torch.fl, found on first use (torch_fl imports this package)
 
 
 def _fl():
-    from .torch_fl import FL_MODULE
-    return FL_MODULE
+    if not _MODULE:
+        from .torch_fl import FL_MODULE
+        _MODULE.append(FL_MODULE)
+    return _MODULE[0]
 
 
 def _is_fl() -> bool:
