@@ -138,6 +138,64 @@ def test_dynamic_true_and_modes_run(x1):
                 torch.testing.assert_close(cm(x.to(x1)).cpu(), ref(x), rtol=1e-5, atol=1e-6)
 
 
+def _guard_text(fn) -> str:
+    entries = torch._C._dynamo.eval_frame._debug_get_cache_entry_list(fn.__code__)
+    return "\n".join(str(e.guard_manager) for e in entries)
+
+
+def test_guards_on_an_fl_tensor_are_its_own_and_still_recompile_on_every_change(x1):
+    """The stand-in's guards, the flatten metadata and attribute list are
+    dropped (flbridge.compiler.guards); the outer tensor's guards stay, so
+    a new shape, dtype, stride, requires_grad or device still recompiles."""
+    def f(x, w):
+        return (x @ w).relu() * 2
+
+    cf = torch.compile(f, backend="fl")
+    w = torch.randn(4, 3)
+    wf = w.to(x1)
+    cases = [torch.randn(5, 4), torch.randn(6, 4), torch.randn(4, 5).t(), torch.randn(5, 4, dtype=torch.float64)]
+    for x in cases + cases[:1]:
+        ref = f(x, w.to(x.dtype))
+        out = cf(x.to(x1), wf.to(x.dtype))
+        torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-6)
+    text = _guard_text(f)
+    assert "TENSOR_MATCH" in text and "XPUTensor" in text
+    assert "__tensor_flatten__" not in text and "check_metadata" not in text
+    # (a dynamic batch's shape guards still read sizes through the stand-in; nothing else does)
+    assert not [ln for ln in text.splitlines() if "._fl" in ln and "size()" not in ln and "stride()" not in ln]
+    # requires_grad flips: a graph with a backward, gradients right
+    x = torch.randn(5, 4)
+    xf = x.to(x1).requires_grad_()
+    cf(xf, wf).sum().backward()
+    xc = x.clone().requires_grad_()
+    f(xc, w).sum().backward()
+    torch.testing.assert_close(xf.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-6)
+    # a parameter whose geometry changes in place (its stand-in goes with it)
+    m = torch.nn.Linear(4, 3).to(x1)
+    cm = torch.compile(m, backend="fl")
+    xi = torch.randn(2, 4)
+    with torch.no_grad():
+        cm(xi.to(x1))
+        m.weight.data = torch.randn(4, 3).t().to(x1)           # same shape, new strides and storage
+        ref = xi @ m.weight.cpu().t() + m.bias.cpu()
+        torch.testing.assert_close(cm(xi.to(x1)).cpu(), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_a_users_guard_filter_still_applies_beside_flbridges(x1):
+    m = mlp().to(x1)
+
+    def f(x):
+        return m(x)
+    cf = torch.compile(f, backend="fl",
+                       options={"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(cf(x.to(x1)).cpu(), mlp()(x), rtol=1e-5, atol=1e-6)
+    text = _guard_text(f)
+    assert "TENSOR_MATCH" in text and "XPUTensor" in text            # the input's own guards
+    assert "._fl" not in text and "_parameters" not in text    # theirs: no parameter guards; ours: no stand-ins
+
+
 def test_bad_mode_or_option_says_what_is_accepted(x1):
     x = torch.randn(2, 8).to(x1)
     with pytest.raises(Exception, match="unknown torch.compile mode 'fastest'.*use one of default"):
