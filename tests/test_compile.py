@@ -127,6 +127,61 @@ def test_a_new_batch_size_recompiles_once_then_replays(th1):
     assert s["replays"] == 1                 # the second batch of 5
 
 
+@pytest.mark.parametrize("backend", ["fl", "inductor"])
+def test_training_through_batch_size_changes_gives_the_cpus_gradients(x1, backend):
+    """After a new batch size, Dynamo recompiles with a symbolic batch; the
+    backward graph then gets saved tensors of symbolic size and no SymInt
+    argument.  Each size needs its own program: one captured at batch 6
+    replayed at batch 8 gave gradients off by 2.0, and at batch 4 a vendor
+    call past the end of an allocation."""
+    cpu = mlp()
+    m = copy.deepcopy(cpu).to(x1)
+    cm = torch.compile(m, backend=backend) if backend == "fl" else torch.compile(m)
+    for b in (4, 4, 6, 8, 8, 16, 4, 6):
+        x = torch.randn(b, 8)
+        for mod in (cpu, m):
+            mod.zero_grad()
+        y = cm(x.to(x1))
+        (y * y).sum().backward()
+        yc = cpu(x)
+        (yc * yc).sum().backward()
+        torch.testing.assert_close(y.detach().cpu(), yc.detach(), rtol=1e-5, atol=1e-6)
+        for p, pc in zip(m.parameters(), cpu.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), pc.grad, rtol=1e-4, atol=1e-5)
+    s = compile_backend.stats()
+    assert s["replays"] >= 4          # batch 4 (forward, backward) and the second batch 8 replay
+
+
+@pytest.mark.parametrize("chip,dtype", [("x1", torch.float16), ("th1", torch.bfloat16)])
+def test_autocast_around_and_inside_a_compiled_call_follows_eager_autocast(request, chip, dtype):
+    """The autocast kernels run while Dynamo and AOTAutograd trace (their
+    casts land in the graph); a traced tensor has no chip of its own and no
+    weight-cast cache entry."""
+    dev = request.getfixturevalue(chip)
+    torch.manual_seed(0)
+    m = mlp().to(dev)
+    x = torch.randn(6, 8).to(dev)
+
+    def inner(x):
+        with torch.autocast("fl", dtype=dtype):
+            return m(x)
+    with torch.autocast("fl", dtype=dtype):
+        ref = m(x)
+    ref.float().sum().backward()
+    ref_grads = [p.grad.cpu() for p in m.parameters()]
+    around, compiled_inner = torch.compile(m, backend="fl"), torch.compile(inner, backend="fl")
+    for run in (lambda: around(x), lambda: compiled_inner(x)):
+        for _ in range(2):
+            m.zero_grad()
+            with torch.autocast("fl", dtype=dtype):
+                y = run()
+            assert y.dtype == dtype
+            torch.testing.assert_close(y.float().cpu(), ref.float().cpu(), rtol=0, atol=0)
+            y.float().sum().backward()
+            for p, g in zip(m.parameters(), ref_grads):
+                torch.testing.assert_close(p.grad.cpu(), g, rtol=1e-3, atol=1e-3)
+
+
 def test_dynamic_true_and_modes_run(x1):
     ref = mlp()
     for mode in ("reduce-overhead", "max-autotune"):

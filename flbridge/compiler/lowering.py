@@ -231,6 +231,13 @@ class _Program:
         return True
 
 
+def _symbolic(val) -> bool:
+    """A traced tensor whose sizes, strides or offset are symbols."""
+    if not isinstance(val, torch.Tensor):
+        return False
+    return any(isinstance(d, torch.SymInt) for d in (*val.shape, *val.stride(), val.storage_offset()))
+
+
 class CompiledGraph:
     """The boxed callable AOTAutograd gets for one graph."""
 
@@ -260,6 +267,10 @@ class CompiledGraph:
         # arguments that are not tensors (SymInts of a dynamic graph, ...): part of the program key
         self.scalar_pos = tuple(i for i, n in enumerate(self.placeholders)
                                 if not isinstance(n.meta.get("val"), torch.Tensor))
+        # tensor arguments of symbolic geometry: their sizes and strides are part of the key too.
+        # A graph recompiled with dynamic shapes may get them with no SymInt argument at all (a
+        # backward's saved tensors), and a program captured for one size must never replay another.
+        self.shape_pos = tuple(i for i, n in enumerate(self.placeholders) if _symbolic(n.meta.get("val")))
 
     # ----------------------------------------------------------- call
 
@@ -269,6 +280,8 @@ class CompiledGraph:
             args.clear()
             return out
         key = tuple(args[i] for i in self.scalar_pos) if self.scalar_pos else ()
+        if self.shape_pos:
+            key += tuple((args[i].shape, args[i].stride()) for i in self.shape_pos)
         prog = None
         for p in self.programs.get(key, ()):
             if p.matches(args):
