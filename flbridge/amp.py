@@ -40,6 +40,7 @@ from .devices import CURRENT_DEVICE_HOOKS, chip_at, chip_for, current_device
 from .errors import AmpDtypeError
 from .specs import AMP_DTYPES, dtype_name
 from .tensor import XPUTensor
+from .tensor.traceable import TRACE
 
 # ------------------------------------------------------------ the op lists
 # Names are "op" (the default overload) or "op.overload", as the header's
@@ -106,7 +107,8 @@ _CHIP_DTYPES: dict = {}
 
 
 def _check_chip(t, to: torch.dtype) -> None:
-    chip = t._st.chip if type(t) is XPUTensor else chip_for(t.device)
+    # a tensor being traced by torch.compile has no chip of its own (its Storage is traceable.TRACE)
+    chip = t._st.chip if type(t) is XPUTensor and t._st is not TRACE else chip_for(t.device)
     ok = _CHIP_DTYPES.get(chip)
     if ok is None:
         ok = _CHIP_DTYPES[chip] = frozenset(d for d in AMP_DTYPES if d in chip.spec.capabilities.dtypes)
@@ -159,7 +161,7 @@ def clear_autocast_cache() -> None:
 
 def _cached_cast(t, to, keep: list):
     st = getattr(t, "_st", None)
-    if st is None:
+    if st is None or st is TRACE:      # (traced by torch.compile: the graph holds the cast)
         return t.to(to)
     entries = _CACHE.entries
     e = entries.get(t)
