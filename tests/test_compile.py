@@ -236,6 +236,35 @@ def test_guards_on_an_fl_tensor_are_its_own_and_still_recompile_on_every_change(
         torch.testing.assert_close(cm(xi.to(x1)).cpu(), ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("how", ["data", "data_view", "set_"])
+def test_a_parameter_given_new_data_between_calls_is_read_anew(x1, how):
+    """`p.data = new` keeps p's geometry (the guards pass) but gives it a new
+    Storage: the stand-in the compiled code finds it by must go with the old one."""
+    cpu = mlp()
+    m = copy.deepcopy(cpu).to(x1)
+    cm = torch.compile(m, backend="fl")
+    x = torch.randn(5, 8)
+    for j in range(3):
+        for _ in range(2):
+            m.zero_grad()
+            cpu.zero_grad()
+            y = cm(x.to(x1))
+            y.square().sum().backward()
+            yc = cpu(x)
+            yc.square().sum().backward()
+            torch.testing.assert_close(y.detach().cpu(), yc.detach(), rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(m[0].weight.grad.cpu(), cpu[0].weight.grad, rtol=1e-5, atol=1e-6)
+        new = torch.randn(16 * 8 + 3 * j)[3 * j:].view(16, 8)
+        cpu[0].weight.data = new.clone()
+        if how == "data":
+            m[0].weight.data = new.clone().to(x1)
+        elif how == "data_view":                    # a view of a bigger tensor, another offset each time
+            m[0].weight.data = torch.cat([torch.zeros(3 * j), new.flatten()]).to(x1)[3 * j:].view(16, 8)
+        else:
+            with torch.no_grad():
+                m[0].weight.set_(new.clone().to(x1))
+
+
 def test_a_users_guard_filter_still_applies_beside_flbridges(x1):
     m = mlp().to(x1)
 

@@ -29,7 +29,7 @@ from torch.nn import Parameter
 
 from .xpu_tensor import XPUTensor
 
-_CACHES = ("_d", "_dd", "_k", "_hv")              # per-tensor descriptors / host views
+_CACHES = ("_d", "_dd", "_k", "_hv", "_fl")        # per-tensor descriptors, host views, the compile stand-in
 _PRIVATE = ("_st",) + _CACHES
 _HOST_CLASS = "_flbridge_host_class"             # a Parameter subclass the tensor had before it came to fl
 _get_data = torch._C.TensorBase.data.__get__
