@@ -123,6 +123,10 @@ class Runtime:
     def can_map(self) -> bool:
         return self._map is not None
 
+    @property
+    def can_d2d(self) -> bool:
+        return self._d2d is not None
+
     def map(self, host_ptr: int, nbytes: int) -> int:
         out = self.ffi.new(self._map_out_type)
         st = self._map(self.ffi.cast("void *", host_ptr), nbytes, out)

@@ -459,6 +459,7 @@ class CompiledGraph:
             prog.close()
             return outs, None
         prog.finalize(args, self.outputs, self.placeholders)
+        _move_out_of_pool(chip, pool, outs, args)
         return outs, prog
 
     def _run_eagerly(self, args):
@@ -575,6 +576,40 @@ class CompiledGraph:
                     ctx = (prog, args, sts, fresh, eager_st, env)
                 outs.append(_value(item[1], ctx))
         return outs
+
+
+def _move_out_of_pool(chip, pool, outs, args) -> None:
+    """The capture run's outputs leave the program's pool.  During the run
+    they were allocated from it, where a block freed by an earlier value is
+    handed out again: an output may sit at the address of an intermediate
+    that every replay writes.  Each output Storage held in a pool block is
+    copied into a block of its own (device to device, or through the host
+    where the runtime has no device copy), and the pool block goes back to
+    the pool, which the replays keep writing."""
+    alloc = chip.allocator
+    pool_of = alloc.pool_of
+    inputs = {id(a._st) for a in args if type(a) is XPUTensor}
+    seen = set()
+    rt = chip.runtime
+    for t in _tensors_of(outs if isinstance(outs, (list, tuple)) else (outs,)):
+        if type(t) is not XPUTensor:
+            continue
+        st = t._st
+        if id(st) in seen or id(st) in inputs or st.fixed or st.mapped or not st.dev or \
+                pool_of.get(st.dev) is not pool:
+            continue
+        seen.add(id(st))
+        old, old_size = st.dev, st.dev_size
+        if st.dev_valid and rt.can_d2d:
+            new, new_size = alloc.alloc(st.nbytes)
+            rt.d2d(new, old, st.nbytes)
+            chip.stats.d2d_calls += 1
+            chip.stats.d2d_bytes += st.nbytes
+            st.dev, st.dev_size = new, new_size
+            alloc.release(old, old_size)
+        else:
+            st.ensure_host()
+            st.drop_device()
 
 
 def _label(step, cfn):
