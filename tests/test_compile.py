@@ -291,6 +291,21 @@ def test_outputs_of_every_call_stay_as_computed_while_later_calls_replay(request
         torch.testing.assert_close(y.detach().cpu(), ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("what", ["output", "weight"])
+def test_an_in_place_change_of_what_backward_saved_is_an_error_on_every_call(x1, what):
+    """Tanh saves its output and the linear layer its weight; a replay's
+    outputs over the same storage as another output, or as an input, are
+    views of it, so the change bumps the saved tensor's version as in eager."""
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()).to(x1)
+    cm = torch.compile(m, backend="fl")
+    for _ in range(3):
+        y = cm(torch.randn(4, 8).to(x1).requires_grad_())
+        with torch.no_grad():
+            (y if what == "output" else m[0].weight).add_(1.0)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.sum().backward()
+
+
 def test_a_users_guard_filter_still_applies_beside_flbridges(x1):
     m = mlp().to(x1)
 

@@ -41,7 +41,7 @@ from .passes import fuse_foreach_lerp, reinplace_input_updates, remove_noop_clon
 aten = torch.ops.aten
 
 # how a replay makes each graph output (_Program.out_plan)
-_OUT_FRESH, _OUT_INPUT, _OUT_CONST, _OUT_ARG, _OUT_NODE = range(5)
+_OUT_FRESH, _OUT_INPUT, _OUT_CONST, _OUT_ARG, _OUT_NODE, _OUT_VIEW = range(6)
 _make_wrapper = torch.Tensor._make_wrapper_subclass
 _storage_offset = torch.Tensor.storage_offset
 
@@ -200,8 +200,12 @@ class _Program:
         self.slot_pos = pos
         self.fresh_pos = fpos
         self.placeholder_index = {n: i for i, n in enumerate(placeholders)}
-        # how each output is made per call: most are new tensors over a fresh or input storage
+        # how each output is made per call: most are new tensors over a fresh storage; one over an
+        # input's storage, or over the storage of an earlier output, is a view of that tensor (a view
+        # shares its base's version counter: autograd sees an in-place change of an output, or of an
+        # input, that a saved tensor aliases, as eager autograd does)
         plan = []
+        first_over = {}
         for o in outputs:
             if not isinstance(o, torch.fx.Node):
                 plan.append((_OUT_CONST, o))
@@ -211,10 +215,15 @@ class _Program:
                 plan.append((_OUT_CONST, self.consts[o]))
             else:
                 d = self.values.get(o)
-                if d is not None and d[0] not in ("const", "seq") and d[0][0] in ("fresh", "in"):
-                    kind = _OUT_FRESH if d[0][0] == "fresh" else _OUT_INPUT
-                    at = fpos[d[0]] if kind == _OUT_FRESH else pos[d[0]]
-                    plan.append((kind, at, *d[1:]))
+                if d is not None and d[0] not in ("const", "seq") and d[0][0] == "fresh":
+                    j = first_over.get(d[0])
+                    if j is None:
+                        first_over[d[0]] = len(plan)
+                        plan.append((_OUT_FRESH, fpos[d[0]], *d[1:]))
+                    else:
+                        plan.append((_OUT_VIEW, j, *d[1:]))
+                elif d is not None and d[0] not in ("const", "seq") and d[0][0] == "in":
+                    plan.append((_OUT_INPUT, d[0][1], *d[1:]))
                 else:
                     plan.append((_OUT_NODE, o))
         self.out_plan = tuple(plan)
@@ -562,11 +571,15 @@ class CompiledGraph:
         ctx = None
         for item in prog.out_plan:
             kind = item[0]
-            if kind == _OUT_FRESH or kind == _OUT_INPUT:
+            if kind == _OUT_FRESH:
                 _, at, shape, strides, offset, dtype = item
                 t = _make_wrapper(XPUTensor, shape, strides=strides, storage_offset=offset, dtype=dtype, device=dev)
-                t.__dict__["_st"] = fresh[at] if kind == _OUT_FRESH else sts[at]
+                t.__dict__["_st"] = fresh[at]
                 outs.append(t)
+            elif kind == _OUT_VIEW:
+                outs.append(_view_of(outs[item[1]], *item[2:]))
+            elif kind == _OUT_INPUT:
+                outs.append(_view_of(unwrap_arg(args[item[1]]), *item[2:]))
             elif kind == _OUT_CONST:
                 outs.append(item[1])
             elif kind == _OUT_ARG:
@@ -576,6 +589,17 @@ class CompiledGraph:
                     ctx = (prog, args, sts, fresh, eager_st, env)
                 outs.append(_value(item[1], ctx))
         return outs
+
+
+def _view_of(base, shape, strides, offset, dtype):
+    """A view of `base` with this geometry, made through the dispatcher so
+    that it shares base's version counter (as the capture run's did)."""
+    if base.dtype is not dtype:
+        base = base.view(dtype)
+    return _as_strided(base, shape, strides, offset)
+
+
+_as_strided = torch.ops.aten.as_strided.default
 
 
 def _move_out_of_pool(chip, pool, outs, args) -> None:
