@@ -306,6 +306,58 @@ def test_an_in_place_change_of_what_backward_saved_is_an_error_on_every_call(x1,
             y.sum().backward()
 
 
+def test_one_compiled_model_served_from_three_threads_gives_each_its_own_result(x1):
+    """A program patches its descriptors in place and keeps intermediates at
+    fixed addresses: calls of one compiled graph take turns."""
+    import threading
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64)).eval()
+    cm = torch.compile(copy.deepcopy(m).to(x1), backend="fl")
+    xs = [torch.randn(16, 64) for _ in range(3)]
+    refs = [m(x).detach() for x in xs]
+    with torch.no_grad():
+        for x in xs:
+            cm(x.to(x1))
+    wrong, errors = [], []
+
+    def serve(k):
+        try:
+            with torch.no_grad():
+                for i in range(25):
+                    j = (k + i) % 3
+                    if not torch.allclose(cm(xs[j].to(x1)).cpu(), refs[j], rtol=1e-5, atol=1e-5):
+                        wrong.append(j)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=serve, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and not wrong
+
+
+def test_a_compiled_call_inside_an_flgraph_capture_is_recorded(x1):
+    """While an FLGraph records, a compiled graph runs its ops through
+    flbridge's dispatch, where the recording sees them (a replay of its own
+    calls would bypass it)."""
+    m = mlp()
+    cm = torch.compile(copy.deepcopy(m).to(x1), backend="fl")
+    sx = torch.randn(4, 8).to(x1)
+    with torch.no_grad():
+        cm(sx)
+        cm(sx)                                  # captured and replayed by the compiled graph first
+        g = torch.fl.FLGraph()
+        with torch.fl.device(x1), torch.fl.graph(g):
+            sy = cm(sx)
+        assert g.num_calls > 0
+        for _ in range(2):
+            x = torch.randn(4, 8)
+            sx.copy_(x.to(x1))
+            g.replay()
+            torch.testing.assert_close(sy.cpu(), m(x), rtol=1e-5, atol=1e-6)
+
+
 def test_a_users_guard_filter_still_applies_beside_flbridges(x1):
     m = mlp().to(x1)
 

@@ -28,6 +28,8 @@ batch size or a dynamic shape costs one eager run, then replays.
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch.fx
 
@@ -270,6 +272,9 @@ class CompiledGraph:
         self.programs = {}
         self.max_programs = max_programs
         self.captures = self.replays = 0
+        # one call at a time: a program's descriptors are patched in place and its intermediates
+        # sit at fixed addresses in its pool (two threads replaying it at once would share them)
+        self._lock = threading.RLock()
         self._last_use = self._last_uses()
         self._must_be_eager = {n: why for n in self.nodes if (why := must_be_eager(n)) is not None}
         self._constant = {n for n in self.nodes if is_constant_fill(n, self.outputs)}
@@ -284,10 +289,16 @@ class CompiledGraph:
     # ----------------------------------------------------------- call
 
     def __call__(self, args):
-        if not self.capture:
+        if not self.capture or launch.STATE.capture is not None:
+            # capture=False, or a torch.fl.FLGraph is recording on this thread: the graph's ops run
+            # through flbridge's dispatch, where the recording sees each vendor call
             out = self._run_eagerly([unwrap_arg(a) for a in args])
             args.clear()
             return out
+        with self._lock:
+            return self._call(args)
+
+    def _call(self, args):
         key = tuple(args[i] for i in self.scalar_pos) if self.scalar_pos else ()
         if self.shape_pos:
             key += tuple((args[i].shape, args[i].stride()) for i in self.shape_pos)
