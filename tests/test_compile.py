@@ -358,6 +358,17 @@ def test_a_compiled_call_inside_an_flgraph_capture_is_recorded(x1):
             torch.testing.assert_close(sy.cpu(), m(x), rtol=1e-5, atol=1e-6)
 
 
+def test_a_compiled_model_runs_under_inference_mode(x1):
+    m = mlp()
+    cm = torch.compile(copy.deepcopy(m).to(x1), backend="fl")
+    for _ in range(3):
+        x = torch.randn(5, 8)
+        with torch.inference_mode():
+            y = cm(x.to(x1))
+        assert y.is_inference()
+        torch.testing.assert_close(y.cpu(), m(x).detach(), rtol=1e-5, atol=1e-6)
+
+
 def test_a_users_guard_filter_still_applies_beside_flbridges(x1):
     m = mlp().to(x1)
 

@@ -51,6 +51,23 @@ def test_views_cost_no_transfer(x1):
     assert s["h2d_calls"] == s["d2h_calls"] == s["map_calls"] == 0
 
 
+def test_views_in_inference_mode_follow_the_cpu(x1):
+    """In inference mode a view of a normal tensor is a normal tensor sharing
+    its version counter; a view of an inference tensor is an inference tensor."""
+    w = torch.randn(4, 6).to(x1)
+    with torch.inference_mode():
+        views = [w.t(), w[1:], w.detach(), w.view(24), *w.split(3, dim=1)]
+        made_here = torch.randn(4, 6).to(x1)
+        inner = [made_here.t(), made_here.detach()]
+    for v in views:
+        assert not v.is_inference() and v._version == w._version
+    assert all(v.is_inference() for v in inner)
+    with torch.no_grad():
+        w.add_(1.0)
+    assert all(v._version == w._version for v in views)
+    torch.testing.assert_close(views[0].cpu(), w.cpu().t())
+
+
 def test_split_and_unbind_return_views(x1):
     cpu = torch.arange(12.0).reshape(4, 3)
     fl = cpu.to(x1)

@@ -17,6 +17,15 @@ aten = torch.ops.aten
 
 _VIEW_GEOMETRY: dict = {}
 _make = torch.Tensor._make_wrapper_subclass
+_inference_mode_on = torch.is_inference_mode_enabled
+
+
+def _outside_inference_mode(kernel, func, args, kwargs):
+    """A view of a normal tensor made in inference mode is a normal tensor
+    sharing its base's version counter (autograd's view handling sets it
+    after this kernel): the wrapper must not be made as an inference tensor."""
+    with torch.inference_mode(False):
+        return kernel(func, args, kwargs)
 
 
 def view_geometry(func, base, args, kwargs):
@@ -81,6 +90,8 @@ def view(func, args, kwargs):
     base = args[0]
     if type(base) is not XPUTensor:
         return route(func, args, kwargs)
+    if _inference_mode_on() and not base.is_inference():
+        return _outside_inference_mode(view, func, args, kwargs)
     many, geos = view_geometry(func, base, args, kwargs)
     st = base._st
     dev = base.device
@@ -102,6 +113,8 @@ def view(func, args, kwargs):
 def alias(func, args, kwargs):
     """detach / alias: same geometry, same storage."""
     base = args[0]
+    if _inference_mode_on() and not base.is_inference():
+        return _outside_inference_mode(alias, func, args, kwargs)
     t = _make(XPUTensor, base.shape, strides=base.stride(), storage_offset=base.storage_offset(),
               dtype=base.dtype, device=base.device)
     t._st = base._st
