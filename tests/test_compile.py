@@ -369,6 +369,15 @@ def test_a_compiled_model_runs_under_inference_mode(x1):
         torch.testing.assert_close(y.cpu(), m(x).detach(), rtol=1e-5, atol=1e-6)
 
 
+def test_a_stand_in_reaching_an_op_says_which_backends_run_on_fl(x1):
+    """backend="aot_eager" runs AOTAutograd's graphs on the data-less
+    stand-ins; an op that meets one beside a real fl tensor says so."""
+    x, y = torch.randn(4).to(x1), torch.randn(4).to(x1)
+    with pytest.warns(flbridge.FallbackWarning), \
+            pytest.raises(NotImplementedError, match="stand-in of an fl tensor.*backend='fl', 'eager'"):
+        torch.atan2(x, y._fl)                       # x1 has no atan2 kernel: the CPU fallback sees it
+
+
 def test_a_users_guard_filter_still_applies_beside_flbridges(x1):
     m = mlp().to(x1)
 

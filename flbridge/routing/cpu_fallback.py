@@ -122,9 +122,18 @@ def _to_host(v, written, seen):
             seen.storages[host_address(v)] = st
         return h
     if isinstance(v, torch.Tensor):
-        if v.device.type == "fl":  # an fl tensor that is not an XPUTensor: sparse, nested, ...
-            raise NotImplementedError(f"flbridge: {v.layout} tensors are not supported on fl devices "
-                                      f"(only strided ones); keep them on the CPU")
+        if v.device.type == "fl":  # an fl tensor that is not an XPUTensor
+            if "_st" in v.__dict__:
+                raise NotImplementedError(
+                    f"flbridge: {seen.route.qualname} got torch.compile's stand-in of an fl tensor (a plain "
+                    f"tensor with no data, flbridge.tensor.traceable): a torch.compile backend ran "
+                    f"AOTAutograd's graph on it (backend='aot_eager' does). Use backend='fl', 'eager' or the "
+                    f"default torch.compile on fl tensors")
+            if v.layout != torch.strided:
+                raise NotImplementedError(f"flbridge: {v.layout} tensors are not supported on fl devices "
+                                          f"(only strided ones); keep them on the CPU")
+            raise NotImplementedError(f"flbridge: {seen.route.qualname} got a plain {v.device} tensor that "
+                                      f"flbridge did not make (no data behind it)")
         # PyTorch lets a 0-dim CPU tensor stand beside any device's tensors
         if v.device.type != "cpu" or (v.dim() > 0 and not seen.route.mixed_device_ok):
             raise _device_mismatch(seen.route.chip.device, v.device)
