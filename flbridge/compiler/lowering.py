@@ -36,6 +36,7 @@ import torch.fx
 from ..binding import launch
 from ..tensor import GraphPool, Storage, XPUTensor, make_resident, next_serial
 from ..tensor.traceable import unwrap_arg
+from .addresses import Patcher, move_out_of_pool
 from .fuse_adam import chip_runs_natively, fuse_adam_steps
 from .nodes import is_constant_fill, must_be_eager
 from .passes import fuse_foreach_lerp, reinplace_input_updates, remove_noop_clones
@@ -449,7 +450,7 @@ class CompiledGraph:
                     and o not in prog.consts:
                 prog.values[o] = _describe(v, slot_of, kept)
         # the recorded calls, with private descriptors and their patch lists
-        patcher = _Patcher(chip.runtime)
+        patcher = Patcher(chip.runtime)
         for seg, calls, notes in captured:
             for cfn, cargs, label, op_i in calls:
                 infos = notes[op_i][0] + notes[op_i][1] if op_i >= 0 else ()
@@ -479,7 +480,7 @@ class CompiledGraph:
             prog.close()
             return outs, None
         prog.finalize(args, self.outputs, self.placeholders)
-        _move_out_of_pool(chip, pool, outs, args)
+        move_out_of_pool(chip, pool, [t for v in outs for t in _tensors_of(v)], args)
         return outs, prog
 
     def _run_eagerly(self, args):
@@ -613,40 +614,6 @@ def _view_of(base, shape, strides, offset, dtype):
 _as_strided = torch.ops.aten.as_strided.default
 
 
-def _move_out_of_pool(chip, pool, outs, args) -> None:
-    """The capture run's outputs leave the program's pool.  During the run
-    they were allocated from it, where a block freed by an earlier value is
-    handed out again: an output may sit at the address of an intermediate
-    that every replay writes.  Each output Storage held in a pool block is
-    copied into a block of its own (device to device, or through the host
-    where the runtime has no device copy), and the pool block goes back to
-    the pool, which the replays keep writing."""
-    alloc = chip.allocator
-    pool_of = alloc.pool_of
-    inputs = {id(a._st) for a in args if type(a) is XPUTensor}
-    seen = set()
-    rt = chip.runtime
-    for t in _tensors_of(outs if isinstance(outs, (list, tuple)) else (outs,)):
-        if type(t) is not XPUTensor:
-            continue
-        st = t._st
-        if id(st) in seen or id(st) in inputs or st.fixed or st.mapped or not st.dev or \
-                pool_of.get(st.dev) is not pool:
-            continue
-        seen.add(id(st))
-        old, old_size = st.dev, st.dev_size
-        if st.dev_valid and rt.can_d2d:
-            new, new_size = alloc.alloc(st.nbytes)
-            rt.d2d(new, old, st.nbytes)
-            chip.stats.d2d_calls += 1
-            chip.stats.d2d_bytes += st.nbytes
-            st.dev, st.dev_size = new, new_size
-            alloc.release(old, old_size)
-        else:
-            st.ensure_host()
-            st.drop_device()
-
-
 def _label(step, cfn):
     for (c, _), label in zip(step.calls, step.labels):
         if c is cfn:
@@ -775,51 +742,3 @@ def _run_node(n, env, gm):
     if n.op == "call_module":
         return gm.get_submodule(n.target)(*conv(n.args), **conv(n.kwargs))
     raise RuntimeError(f"flbridge compile: cannot run FX node {n.format_node()}")
-
-
-class _Patcher:
-    """Private copies of recorded descriptors, and where each must be
-    re-pointed per call."""
-
-    def __init__(self, rt):
-        self.rt = rt
-        self.ffi = ffi = rt.ffi
-        self.desc_type = rt._desc_ptr
-        fields = rt._desc_ptr.item.fields
-        self.data_field = fields[rt._field_pos[0]][0]
-        self.has_offset = rt._field_pos[5] is not None
-        self.size = ffi.sizeof(rt._desc_ptr.item)
-        self.keep = []
-
-    def private(self, a, infos, slot_of, seg):
-        ffi = self.ffi
-        if not isinstance(a, ffi.CData):
-            return a
-        ct = ffi.typeof(a)
-        if ct is self.desc_type:
-            return self._desc(a, infos, slot_of, seg)
-        if ct.kind == "array" and ct.item is self.desc_type:
-            arr = ffi.new(ct, [self._desc(d, infos, slot_of, seg) for d in a])
-            self.keep.append(arr)
-            return arr
-        return a
-
-    def _desc(self, d, infos, slot_of, seg):
-        addr = int(getattr(d, self.data_field))
-        slot, base = None, 0
-        if addr:
-            for sid, dev, nbytes in infos:
-                s = slot_of.get(sid)
-                if s is None or not dev:
-                    continue
-                if (dev == addr) if self.has_offset else (dev <= addr < dev + max(nbytes, 1)):
-                    slot, base = s, dev
-                    break
-        if slot is None:
-            return d             # a pool intermediate, temporary or constant: its address holds
-        new = self.ffi.new(self.desc_type)
-        self.ffi.memmove(new, d, self.size)
-        seg.patches.setdefault(slot, []).append((new, self.data_field, addr - base))
-        if slot[0] != "fresh":
-            seg.resident.add(slot)
-        return new
