@@ -127,7 +127,7 @@ def test_a_new_batch_size_recompiles_once_then_replays(th1):
     assert s["replays"] == 1                 # the second batch of 5
 
 
-@pytest.mark.parametrize("backend", ["fl", "inductor"])
+@pytest.mark.parametrize("backend", ["fl", pytest.param("inductor", marks=pytest.mark.slow)])
 def test_training_through_batch_size_changes_gives_the_cpus_gradients(x1, backend):
     """After a new batch size, Dynamo recompiles with a symbolic batch; the
     backward graph then gets saved tensors of symbolic size and no SymInt
@@ -236,7 +236,7 @@ def test_guards_on_an_fl_tensor_are_its_own_and_still_recompile_on_every_change(
         torch.testing.assert_close(cm(xi.to(x1)).cpu(), ref, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("how", ["data", "data_view", "set_"])
+@pytest.mark.parametrize("how", ["data", "data_view", pytest.param("set_", marks=pytest.mark.slow)])
 def test_a_parameter_given_new_data_between_calls_is_read_anew(x1, how):
     """`p.data = new` keeps p's geometry (the guards pass) but gives it a new
     Storage: the stand-in the compiled code finds it by must go with the old one."""
@@ -265,7 +265,8 @@ def test_a_parameter_given_new_data_between_calls_is_read_anew(x1, how):
                 m[0].weight.set_(new.clone().to(x1))
 
 
-@pytest.mark.parametrize("chip,device_copy", [("x1", True), ("th1", True), ("x1", False)])
+@pytest.mark.parametrize("chip,device_copy", [("x1", True), pytest.param("th1", True, marks=pytest.mark.slow),
+                                               ("x1", False)])
 def test_outputs_of_every_call_stay_as_computed_while_later_calls_replay(request, chip, device_copy, monkeypatch):
     """The capture run allocates from the program's pool, where a freed
     intermediate's block is handed out again: its outputs could share an
