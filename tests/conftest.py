@@ -87,3 +87,22 @@ def sim_kernels(device) -> dict:
         arr, n = ffi.new("th1KernelStat_t[96]"), ffi.new("int *")
         lib.th1GetKernelStats(arr, 96, n)
     return {ffi.string(arr[i].name).decode(): int(arr[i].launches) for i in range(n[0])}
+
+
+def run_in_threads(work, n: int) -> list:
+    """work(i) for i in range(n), on n threads at once; the exceptions raised."""
+    import threading
+
+    errors: list = []
+
+    def guarded(i):
+        try:
+            work(i)
+        except Exception as e:  # noqa: BLE001 - returned to the test
+            errors.append(e)
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors

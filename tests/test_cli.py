@@ -3,13 +3,13 @@ from several threads at once."""
 import os
 import subprocess
 import sys
-import threading
 
 import pytest
 import torch
 
 import flbridge
 from flbridge.demos.train import run_demo
+from tests.conftest import run_in_threads
 
 
 def test_demo_prints_losses_routes_and_bytes(flchips):
@@ -72,25 +72,18 @@ def test_init_refuses_when_privateuse1_is_taken():
 
 def test_ops_from_several_threads(flchips):
     dev = flbridge.torch_device("xpu:x1")
-    errors, results = [], {}
+    results = {}
 
     def work(i):
-        try:
-            torch.manual_seed(i)
-            a, b = torch.randn(64, 32), torch.randn(32, 16)
-            fa, fb = a.to(dev), b.to(dev)
-            for _ in range(20):
-                y = torch.relu(fa @ fb) * 2.0 + 1.0                # native
-                z = y.cumsum(0)                                   # CPU fallback
-            results[i] = (z.cpu(), torch.relu(a @ b).mul(2).add(1).cumsum(0))
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        torch.manual_seed(i)
+        a, b = torch.randn(64, 32), torch.randn(32, 16)
+        fa, fb = a.to(dev), b.to(dev)
+        for _ in range(20):
+            y = torch.relu(fa @ fb) * 2.0 + 1.0                # native
+            z = y.cumsum(0)                                   # CPU fallback
+        results[i] = (z.cpu(), torch.relu(a @ b).mul(2).add(1).cumsum(0))
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = run_in_threads(work, 4)
     assert not errors, errors
     for got, want in results.values():
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)

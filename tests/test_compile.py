@@ -20,6 +20,7 @@ import torch
 import flbridge
 import flbridge.compiler.backend as compile_backend
 from flbridge.tensor import XPUTensor
+from tests.conftest import run_in_threads
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -310,7 +311,6 @@ def test_an_in_place_change_of_what_backward_saved_is_an_error_on_every_call(x1,
 def test_one_compiled_model_served_from_three_threads_gives_each_its_own_result(x1):
     """A program patches its descriptors in place and keeps intermediates at
     fixed addresses: calls of one compiled graph take turns."""
-    import threading
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64)).eval()
     cm = torch.compile(copy.deepcopy(m).to(x1), backend="fl")
@@ -319,22 +319,15 @@ def test_one_compiled_model_served_from_three_threads_gives_each_its_own_result(
     with torch.no_grad():
         for x in xs:
             cm(x.to(x1))
-    wrong, errors = [], []
+    wrong = []
 
     def serve(k):
-        try:
-            with torch.no_grad():
-                for i in range(25):
-                    j = (k + i) % 3
-                    if not torch.allclose(cm(xs[j].to(x1)).cpu(), refs[j], rtol=1e-5, atol=1e-5):
-                        wrong.append(j)
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-    threads = [threading.Thread(target=serve, args=(k,)) for k in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+        with torch.no_grad():
+            for i in range(25):
+                j = (k + i) % 3
+                if not torch.allclose(cm(xs[j].to(x1)).cpu(), refs[j], rtol=1e-5, atol=1e-5):
+                    wrong.append(j)
+    errors = run_in_threads(serve, 3)
     assert not errors and not wrong
 
 
