@@ -372,6 +372,20 @@ def test_a_stand_in_reaching_an_op_says_which_backends_run_on_fl(x1):
         torch.atan2(x, y._fl)                       # x1 has no atan2 kernel: the CPU fallback sees it
 
 
+def test_a_symbolic_size_never_enters_the_stand_in_address_counter(x1):
+    """A backend that sizes stand-ins from a dynamic graph's fake values hands
+    stand_in_storage a SymInt: kept, it made the next address symbolic, and
+    every later stand-in cost a symbolic evaluation (~60 ms)."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from flbridge.tensor import traceable
+    env = ShapeEnv()
+    n = env.create_symintnode(env.create_symbol(64, ConstantSource("n")), hint=64)
+    us = traceable.stand_in_storage(n, x1)
+    assert us.nbytes() == 64 and type(traceable._stand_in_next[0]) is int
+
+
 def test_a_users_guard_filter_still_applies_beside_flbridges(x1):
     m = mlp().to(x1)
 

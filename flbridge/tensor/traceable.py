@@ -120,6 +120,7 @@ _stand_in_next = [_STAND_IN_BASE]
 
 def stand_in_storage(nbytes: int, device) -> torch.UntypedStorage:
     """A C++ storage of nbytes on fl:N with an address range of its own and no data."""
+    nbytes = int(nbytes)   # a SymInt here would turn the next address into a symbolic expression for good
     addr = _stand_in_next[0]
     _stand_in_next[0] += (nbytes + 127) // 64 * 64     # 64-byte aligned, a gap between ranges
     return torch._C._construct_storage_from_data_pointer(addr, device, nbytes)
