@@ -13,25 +13,25 @@ from __future__ import annotations
 from ..tensor import XPUTensor
 
 
-def move_out_of_pool(chip, pool, outs, args) -> None:
+def move_out_of_pool(chip, pool, outs) -> None:
     """The capture run's outputs leave the program's pool.  During the run
     they were allocated from it, where a block freed by an earlier value is
     handed out again: an output may sit at the address of an intermediate
     that every replay writes.  Each output Storage held in a pool block is
     copied into a block of its own (device to device, or through the host
     where the runtime has no device copy), and the pool block goes back to
-    the pool, which the replays keep writing."""
+    the pool, which the replays keep writing.  (The inputs were made
+    resident before the pool existed, and mappings are not allocator blocks:
+    only storages the capture run allocated are in it.)"""
     alloc = chip.allocator
     pool_of = alloc.pool_of
-    inputs = {id(a._st) for a in args if type(a) is XPUTensor}
     seen = set()
     rt = chip.runtime
     for t in outs:
         if type(t) is not XPUTensor:
             continue
         st = t._st
-        if id(st) in seen or id(st) in inputs or st.fixed or st.mapped or not st.dev or \
-                pool_of.get(st.dev) is not pool:
+        if id(st) in seen or st.fixed or pool_of.get(st.dev) is not pool:
             continue
         seen.add(id(st))
         old, old_size = st.dev, st.dev_size

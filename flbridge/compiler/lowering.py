@@ -480,7 +480,7 @@ class CompiledGraph:
             prog.close()
             return outs, None
         prog.finalize(args, self.outputs, self.placeholders)
-        move_out_of_pool(chip, pool, [t for v in outs for t in _tensors_of(v)], args)
+        move_out_of_pool(chip, pool, [t for v in outs for t in _tensors_of(v)])
         return outs, prog
 
     def _run_eagerly(self, args):
