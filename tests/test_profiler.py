@@ -2,6 +2,8 @@
 traces, and flbridge.profiler's summary of routes, fallbacks and bytes."""
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -151,3 +153,17 @@ def test_nothing_is_attached_unless_the_fl_activity_is_profiled(x1):
     with profile(activities=FL):
         assert launch.WATCH.active
     assert not launch.WATCH.active and launch.WATCH.observers == []
+
+
+def test_the_profiler_imports_as_a_module_and_is_one_object():
+    """`import flbridge.profiler` and `from flbridge.profiler import profile` in a
+    fresh interpreter, before and after attribute access: one module object."""
+    code = ("import flbridge.profiler as a\n"
+            "from flbridge.profiler import profile\n"
+            "import flbridge, flbridge.observe.profiler as real\n"
+            "assert a is real and flbridge.profiler is real and profile is real.profile, (a, real)\n"
+            "with profile() as prof:\n"
+            "    pass\n"
+            "print('ok', type(prof).__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-2000:]
