@@ -76,6 +76,10 @@ import flbridge  # noqa: E402
 import flbridge.compiler.backend as compile_backend  # noqa: E402
 from flbridge.demos.models import TinyGPT, token_batch  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sidebyside  # noqa: E402
+from sidebyside import side_by_side  # noqa: E402
+
 
 GUARD_FILTER = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
 
@@ -84,9 +88,6 @@ def encoder():
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
     return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
-
-
-CLOCK = time.perf_counter
 
 
 def own_code(fn):
@@ -98,32 +99,6 @@ def own_code(fn):
     ns = {"fn": fn}
     exec("def call(*args, **kwargs):\n    return fn(*args, **kwargs)\n", ns)  # noqa: S102 - a fresh code object
     return ns["call"]
-
-
-BLOCK = 1   # iterations of one program in a row per round (--block)
-
-
-def side_by_side(steps: dict, rounds: int):
-    """{name: (median seconds per iteration, median ratio to the first step)},
-    interleaved: each round runs every program BLOCK times in a row, in an
-    order rotated by one each round, so no program always follows the same
-    other one (the program run right after another one finds the caches
-    full of that one's code and data: ~0.05x of the CPU's time on the
-    encoder, which a fixed order would charge to one program every round)."""
-    names = list(steps)
-    for _ in range(2):
-        for s in steps.values():
-            s()
-    times = {k: [] for k in steps}
-    for r in range(rounds):
-        for k in names[r % len(names):] + names[:r % len(names)]:
-            s = steps[k]
-            t0 = CLOCK()
-            for _ in range(BLOCK):
-                s()
-            times[k].append((CLOCK() - t0) / BLOCK)
-    base = times[names[0]]
-    return {k: (statistics.median(v), statistics.median(x / b for x, b in zip(v, base))) for k, v in times.items()}
 
 
 def first_call(fn):
@@ -440,17 +415,16 @@ def main() -> int:
     ap.add_argument("--block", type=int, default=1,
                     help="iterations of one program in a row per round (a training loop's steady state)")
     a = ap.parse_args()
-    global CLOCK, BLOCK
     if a.cpu_time:
-        CLOCK = time.process_time
-    BLOCK = max(1, a.block)
+        sidebyside.CLOCK = time.process_time
+    sidebyside.BLOCK = max(1, a.block)
     setup_process()
     t0 = time.perf_counter()
     importlib.import_module("torch._dynamo")  # a process's one-time cost, reported apart from first calls
     importlib.import_module("torch._functorch.aot_autograd")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, python {sys.version.split()[0]}; "
           f"import torch._dynamo + AOTAutograd {time.perf_counter() - t0:.2f} s; "
-          f"iterations timed by {'process CPU time' if a.cpu_time else 'wall time'}, {BLOCK} in a row per round")
+          f"iterations timed by {'process CPU time' if a.cpu_time else 'wall time'}, {sidebyside.BLOCK} in a row per round")
     for chip in a.chips.split(","):
         dev = flbridge.torch_device(chip)
         torch.fl.set_device(dev)

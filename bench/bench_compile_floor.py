@@ -54,6 +54,8 @@ from flbridge.tensor import traceable  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_compile as bc  # noqa: E402
+import sidebyside  # noqa: E402
+from sidebyside import side_by_side  # noqa: E402
 
 def plain(dev, shape, stride, dtype, offset=0):
     """A plain (no subclass, no Python key) tensor on fl with this geometry
@@ -137,7 +139,7 @@ def bench_encoder(dev, rounds):
     null_cpu = fwd(torch.compile(bc.own_code(copy.deepcopy(enc)), backend=bc.null_backend()), x)
     steps = {"cpu": fwd(enc, x), "fl compile=fl": c_fl, "kernels alone": kernels, "null graphs, fl": null_fl,
              "null graphs, plain fl": null_plain, "null graphs, cpu": null_cpu}
-    report("encoder fwd", bc.side_by_side(steps, rounds), ncalls)
+    report("encoder fwd", side_by_side(steps, rounds), ncalls)
 
 
 def bench_gpt(dev, rounds):
@@ -182,7 +184,7 @@ def bench_gpt(dev, rounds):
     null_cpu = step(copy.deepcopy(cpu_m), idx, tgt, bc.null_backend())
     steps = {"cpu": step(copy.deepcopy(cpu_m), idx, tgt), "fl compile=fl": c_fl, "kernels alone": kernels,
              "null graphs, fl": null_fl, "null graphs, plain fl": null_plain, "null graphs, cpu": null_cpu}
-    report("gpt train step (loss only)", bc.side_by_side(steps, rounds), ncalls)
+    report("gpt train step (loss only)", side_by_side(steps, rounds), ncalls)
 
 
 def main() -> int:
@@ -190,7 +192,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--chips", default="xpu:x1,xpu:th1")
     a = ap.parse_args()
-    bc.CLOCK = time.process_time
+    sidebyside.CLOCK = time.process_time
     bc.setup_process()
     print(f"torch {torch.__version__}, 1 thread; iterations timed by process CPU time; medians of "
           f"{a.rounds} interleaved rounds")

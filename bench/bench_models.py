@@ -46,6 +46,7 @@ import flbridge  # noqa: E402
 from flbridge.binding import launch  # noqa: E402
 import flbridge.routing.route as _route_mod  # noqa: E402
 from flbridge.demos.models import TinyGPT, token_batch  # noqa: E402
+import sidebyside  # noqa: E402
 from floors import Floor  # noqa: E402
 
 
@@ -153,21 +154,11 @@ def breakdown(step, dev):
 
 
 def side_by_side(steps, rounds):
-    """Median seconds per step for each of `steps` (the first is the CPU),
-    run interleaved round by round, and the median per-round ratio of each
-    step to the first."""
-    for _ in range(3):
-        for step in steps:
-            step()
-    times = [[] for _ in steps]
-    for _ in range(rounds):
-        for step, t in zip(steps, times):
-            t0 = time.perf_counter()
-            step()
-            t.append(time.perf_counter() - t0)
-    medians = [statistics.median(t) for t in times]
-    ratios = [statistics.median(x / c for c, x in zip(times[0], t)) for t in times]
-    return medians, ratios
+    """([median seconds per step], [median per-round ratio to the first]) for
+    `steps` (the first is the CPU), timed by sidebyside.side_by_side (the
+    order rotated every round)."""
+    res = sidebyside.side_by_side({i: s for i, s in enumerate(steps)}, rounds, warmup=3)
+    return [res[i][0] for i in range(len(steps))], [res[i][1] for i in range(len(steps))]
 
 
 def row(label, medians, ratios, names=("cpu", "floor", "fl")):
