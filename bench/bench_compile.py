@@ -62,8 +62,8 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib
+import itertools
 import os
-import statistics
 import sys
 import time
 
@@ -95,10 +95,18 @@ def own_code(fn):
     compiled graphs per code object and checks every cached entry's guards
     in turn: variants compiled from one module class (or Optimizer.step)
     would slow each other down; each variant here gets its own, as a program
-    with one compiled model has."""
+    with one compiled model has.  Each has its own file name and function
+    name too: Dynamo's automatic-dynamic state is kept per (file, line,
+    name), and wrappers sharing one would make every program compiled after
+    the first with other shapes a dynamic-shape compile."""
+    name = f"call_{next(_OWN_CODE)}"
     ns = {"fn": fn}
-    exec("def call(*args, **kwargs):\n    return fn(*args, **kwargs)\n", ns)  # noqa: S102 - a fresh code object
-    return ns["call"]
+    src = f"def {name}(*args, **kwargs):\n    return fn(*args, **kwargs)\n"
+    exec(compile(src, f"<bench own_code {name}>", "exec"), ns)  # noqa: S102 - a fresh code object
+    return ns[name]
+
+
+_OWN_CODE = itertools.count()
 
 
 def first_call(fn):
