@@ -879,3 +879,21 @@ def test_fuse_adam_takes_the_exact_chain_and_nothing_that_reads_or_reorders_it()
         assert fuse_adam_steps(gm, yes) == 0, variant
     gm = make_fx(_adamw_chain())(*_adam_state())
     assert fuse_adam_steps(gm, lambda op, args, kwargs: False) == 0
+
+
+@pytest.mark.parametrize("backend", ["fl", "inductor"])
+def test_a_factory_on_the_current_device_follows_it_when_dynamo_traces_again(x1, th1, backend):
+    """`torch.zeros(..., device="fl")` in a compiled function called on one
+    device, then (the input on another, so Dynamo traces again) on another:
+    the new trace makes its tensor on the new current device.  FakeTensorMode's
+    process-wide cache had handed the second trace the first one's fake."""
+    def f(x):
+        return x + torch.zeros(x.shape, device="fl") + 1
+
+    cf = torch.compile(f, backend=backend)
+    for dev in (x1, th1, x1):
+        x = torch.randn(2, 5)
+        with torch.fl.device(dev):
+            out = cf(x.to(dev))
+        assert out.device == dev
+        torch.testing.assert_close(out.cpu(), x + 1)

@@ -141,6 +141,32 @@ def _fake_mode_avoids_fl_init() -> None:
     FakeTensorMode.avoid_device_init = property(avoid_device_init)
 
 
+def _fake_cache_sees_current_fl_device() -> None:
+    """FakeTensorMode's dispatch cache bypassed for ops given an fl device
+    with no index (``torch.zeros(n, device="fl")``).
+
+    The cache is shared by every FakeTensorMode in the process, and its key
+    holds the device argument as written: ``fl``, whatever the current
+    device.  A graph traced again after ``torch.fl.set_device(2)`` (Dynamo
+    recompiling for an input now on fl:2) was handed the fake made under
+    fl:1 and failed with "Tensor device mismatch ... fl:2 and fl:1".  Such
+    ops are factories and moves, few per graph; the rest stay cached."""
+    from torch._subclasses import fake_tensor
+    cls = fake_tensor.FakeTensorMode
+    if getattr(cls._cache_key, "_flbridge", False):
+        return
+    original = cls._cache_key
+    bypass = fake_tensor._BypassDispatchCache
+
+    def _cache_key(self, state, func, args, kwargs):
+        for v in (*(kwargs.values() if kwargs else ()), *args):
+            if v.__class__ is torch.device and v.index is None and v.type == "fl":
+                raise bypass("an fl device with no index (the current device decides)")
+        return original(self, state, func, args, kwargs)
+    _cache_key._flbridge = True
+    cls._cache_key = _cache_key
+
+
 # ------------------------------------------------------- Dynamo skip list
 
 # flbridge files Dynamo traces: the models (user code, for benches, tests and
@@ -206,6 +232,7 @@ def install() -> None:
     """Called by flbridge.init(): the default backend's routing and the skip list."""
     _route_inductor_on_fl()
     _fake_mode_avoids_fl_init()
+    _fake_cache_sees_current_fl_device()
     if "torch._dynamo.trace_rules" in sys.modules:
         _skip_flbridge_in_dynamo()
     elif not any(isinstance(f, _AfterDynamo) for f in sys.meta_path):
