@@ -678,20 +678,34 @@ def test_default_compile_makes_fl_tensors_inside_the_region(x1):
     assert compile_backend.stats()["graphs"] == 1          # Inductor was not asked: the fl backend was
 
 
-def test_default_compile_of_cpu_code_still_goes_to_inductor():
-    calls = []
-    orig = compile_backend.fl_backend
+def test_the_default_compile_sends_graphs_that_touch_fl_to_the_fl_backend_and_the_rest_to_inductor(x1, monkeypatch):
+    """Graph by graph: CPU code goes to Inductor; code with fl inputs, or
+    CPU inputs (or none) that makes fl tensors, to the fl backend.  The last
+    kinds had gone to Inductor: "KeyError: 'fl'".  (Inductor is replaced by
+    a spy that runs the graph as is, to keep the test fast.)"""
+    import torch._inductor.compile_fx as compile_fx
+    to_inductor = []
 
-    def spy(*a, **k):
-        calls.append(1)
-        return orig(*a, **k)
-    compile_backend.fl_backend = spy
-    try:
-        from flbridge.compiler.backend import _has_fl_input
-        assert not _has_fl_input([torch.randn(2)]) and _has_fl_input([torch.randn(2).to("fl:0")])
-    finally:
-        compile_backend.fl_backend = orig
-    assert not calls
+    def inductor_spy(gm, inputs, **kwargs):
+        to_inductor.append(gm)
+        return gm.forward
+    monkeypatch.setattr(compile_fx, "compile_fx", inductor_spy)
+    x = torch.randn(3)
+    cases = (("cpu only", lambda x: x.relu() * 2, x, x.relu() * 2, "cpu"),
+             ("fl input", lambda x: x.relu() * 2, x.to(x1), x.relu() * 2, x1),
+             ("cpu in, fl factory", lambda x: torch.ones(x.shape, device=x1) * 2 + x.sum().to(x1), x,
+              torch.full((3,), 2.0) + x.sum(), x1),
+             ("cpu in, moved to fl", lambda x: x.to(x1).relu() + 1, x, x.relu() + 1, x1),
+             ("no tensor in", lambda n: torch.arange(n, device=x1).float() * 2, 4, torch.arange(4.0) * 2, x1))
+    for name, fn, arg, want, where in cases:
+        torch._dynamo.reset()
+        compile_backend.reset()
+        before = len(to_inductor)
+        out = torch.compile(fn)(arg)
+        assert out.device == torch.device(where), name
+        torch.testing.assert_close(out.cpu(), want)
+        went_to_fl = compile_backend.stats()["graphs"] > 0
+        assert went_to_fl == (where != "cpu") and (len(to_inductor) > before) == (where == "cpu"), name
 
 
 # ------------------------------------------------------------- skip list

@@ -12,7 +12,7 @@ flat list of prepared vendor calls.
 The default ``torch.compile(model)`` (Inductor) cannot compile for a chip
 whose only code is a vendor C library: Inductor generates Triton or C++
 kernels and needs a device interface and a code generator for the device.
-So graphs whose inputs are on fl go to this backend instead (see
+So graphs that read or make fl tensors go to this backend instead (see
 :func:`install`); CPU and CUDA graphs go to Inductor untouched.
 
 Dynamo never compiles flbridge's own Python: the package is on Dynamo's
@@ -92,16 +92,24 @@ def reset() -> None:
 
 # ------------------------------------------------ the default backend on fl
 
-def _has_fl_input(inputs) -> bool:
+def _on_fl(gm, inputs) -> bool:
+    """The graph reads or makes an fl tensor: an input on fl, or a node whose
+    value (Dynamo's example value) is on fl, as `torch.ones(n, device="fl")`
+    or `cpu_tensor.to("fl")` in a function of CPU inputs (or of none)."""
     for a in inputs:
         if isinstance(a, torch.Tensor) and a.device.type == "fl":
             return True
+    for n in gm.graph.nodes:
+        v = n.meta.get("example_value")
+        for t in (v if isinstance(v, (tuple, list)) else (v,)):
+            if isinstance(t, torch.Tensor) and t.device.type == "fl":
+                return True
     return False
 
 
 def _route_inductor_on_fl() -> None:
-    """torch.compile(model) with the default backend: graphs with fl inputs
-    go to the fl backend (mode kept), others to Inductor."""
+    """torch.compile(model) with the default backend: graphs that read or
+    make fl tensors go to the fl backend, others to Inductor."""
     cls = torch._TorchCompileInductorWrapper
     if getattr(cls.__call__, "_flbridge", False):
         return
@@ -109,7 +117,7 @@ def _route_inductor_on_fl() -> None:
 
     @functools.wraps(inductor_call)
     def __call__(self, model_, inputs_, **kwargs):
-        if _has_fl_input(inputs_):
+        if _on_fl(model_, inputs_):
             return fl_backend(model_, inputs_)
         return inductor_call(self, model_, inputs_, **kwargs)
     __call__._flbridge = True
