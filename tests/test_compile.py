@@ -911,3 +911,30 @@ def test_a_factory_on_the_current_device_follows_it_when_dynamo_traces_again(x1,
             out = cf(x.to(dev))
         assert out.device == dev
         torch.testing.assert_close(out.cpu(), x + 1)
+
+
+def test_parameters_living_in_one_flat_buffer_compile_and_train_like_the_cpu(x1):
+    """Parameters given `.data = flat[a:b]` (what DeepSpeed ZeRO does with its
+    flat groups) share one Storage without being views of each other.
+    Fakeifying them had failed: "Attempted to set the storage of a tensor on
+    device fl:0 to a storage on different device meta"."""
+    torch.manual_seed(0)
+    ref = mlp()
+    m = copy.deepcopy(ref).to(x1)
+    flat = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+    off = 0
+    for p in m.parameters():
+        p.data = flat[off:off + p.numel()].view_as(p)
+        off += p.numel()
+    opt, opt_ref = (torch.optim.SGD(mod.parameters(), lr=0.1) for mod in (m, ref))
+    cm = torch.compile(m, backend="fl")
+    for _ in range(3):
+        x = torch.randn(4, 8)
+        for mod, o, inp in ((cm, opt, x.to(x1)), (ref, opt_ref, x)):
+            mod(inp).square().sum().backward()
+            o.step()
+            o.zero_grad()
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(flat.cpu(), torch.cat([q.detach().reshape(-1) for q in ref.parameters()]),
+                               rtol=1e-5, atol=1e-6)          # the steps wrote through to the flat buffer

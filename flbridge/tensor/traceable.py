@@ -314,6 +314,49 @@ def install() -> None:
     XPUTensor.__coerce_same_metadata_as_tangent__ = _coerce_same_metadata_as_tangent
     XPUTensor._stable_hash_for_caching = _stable_hash_for_caching
     _install_methods()
+    _describe_own_outer_storage()
+
+
+def _describe_own_outer_storage() -> None:
+    """Fakeification describes an XPUTensor's outer storage as one of its own.
+
+    Fakeifying a tensor (Dynamo's inputs, AOTAutograd's) memoizes storages:
+    a tensor that is not a view but shares a storage already seen is made by
+    ``set_`` onto the earlier fake's storage.  For a wrapper subclass that
+    ``set_`` runs on the outer fake and fails ("Attempted to set the storage
+    of a tensor on device fl:0 to a storage on different device meta").  The
+    outer storages of XPUTensors do alias wherever flbridge's Storages do:
+    parameters given ``.data = flat[a:b]`` (DeepSpeed ZeRO's flat groups),
+    tensors from ``torch.split``.  What aliases what is already in the
+    stand-ins (views of one Storage share one stand-in storage), and the
+    tracer sees it there; the outer storage only has to be one per tensor,
+    as a wrapper subclass's is, so the describer gets an empty one kept on
+    the tensor."""
+    from torch._subclasses import meta_utils
+    cls = meta_utils.MetaTensorDescriber
+    if getattr(cls.describe_tensor, "_flbridge", False):
+        return
+    describe_tensor, describe_storage = cls.describe_tensor, cls.describe_storage
+    pending = "_flbridge_outer_storage"
+
+    def describe_tensor_(self, t, *, recurse=True, trace=False):
+        if t.__class__ is not XPUTensor:
+            return describe_tensor(self, t, recurse=recurse, trace=trace)
+        d = t.__dict__
+        own = d.get("_described_storage")
+        if own is None:
+            own = d["_described_storage"] = torch.UntypedStorage(0, device="meta")
+        self.__dict__[pending] = own
+        try:
+            return describe_tensor(self, t, recurse=recurse, trace=trace)
+        finally:
+            self.__dict__.pop(pending, None)
+
+    def describe_storage_(self, s, *, trace=False):
+        own = self.__dict__.pop(pending, None)    # the outer storage of the XPUTensor being described
+        return describe_storage(self, s if own is None else own, trace=trace)
+    describe_tensor_._flbridge = True
+    cls.describe_tensor, cls.describe_storage = describe_tensor_, describe_storage_
 
 
 def _traced_aware(method, traced_result):
