@@ -2,6 +2,7 @@
 chip's own library or the host, move as few bytes as they can, and say when
 and why they fall back.  Single-rank groups run in this process; the
 two-process tests spawn ranks (the long ones are in test_distributed_slow.py)."""
+import copy
 import datetime
 import tempfile
 import warnings
@@ -15,6 +16,7 @@ import torch.distributed._functional_collectives as funcol
 import flbridge
 from flbridge import distributed as fldist
 from flbridge.devices import chip_for, current_device, set_device
+from flbridge.errors import IntegrationError, IntegrationWarning
 from flbridge.binding.ccl import bind_ccl
 from flbridge.tensor import HostStage
 from flbridge.specs import load_spec
@@ -263,6 +265,49 @@ def test_one_rank_ddp_on_flccl_matches_the_cpu(group):
     for a, b in zip(model.parameters(), ref.parameters()):
         assert torch.allclose(a.grad.cpu(), b.grad, atol=1e-6)
     assert fldist.stats()[("vendor", "all_reduce")]["calls"] >= 1
+
+
+@pytest.mark.parametrize("flag", ["static_graph", "find_unused_parameters"])
+def test_ddp_flags_needing_a_pinned_allocator_run_without_it_and_say_so(group, flag):
+    """static_graph=True and find_unused_parameters=True: torch 2.13's reducer
+    stages its used-parameter map in pinned host memory on a PrivateUse1
+    device (the first backward failed with a message about
+    PrivateUse1HooksInterface).  On fl DDP runs without them, said once, with
+    the CPU's gradients over several steps."""
+    dev = group("xpu:th1")
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    model = copy.deepcopy(ref).to(dev)
+    with pytest.warns(IntegrationWarning, match=f"{flag}=True\\) runs as {flag}=False"):
+        ddp = torch.nn.parallel.DistributedDataParallel(model, **{flag: True})
+    for _ in range(3):
+        x = torch.randn(5, 8)
+        ddp(x.to(dev)).square().mean().backward()
+        ref(x).square().mean().backward()
+    for a, b in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_ddp_with_an_unused_parameter_names_it_and_the_fix(group):
+    """find_unused_parameters=True runs as False on fl: a parameter the loss
+    does not use gets flbridge's error naming it, not DDP's advice to pass
+    the flag that was passed."""
+    dev = group("xpu:th1")
+    model = torch.nn.ModuleDict({"used": torch.nn.Linear(8, 4), "spare": torch.nn.Linear(8, 4)}).to(dev)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, x):
+            return self.m["used"](x)
+    with pytest.warns(IntegrationWarning):
+        ddp = torch.nn.parallel.DistributedDataParallel(Net(), find_unused_parameters=True)
+    x = torch.randn(5, 8).to(dev)
+    ddp(x).sum().backward()
+    with pytest.raises(IntegrationError, match=r"m\.spare\.weight, m\.spare\.bias.*requires_grad_\(False\)"):
+        ddp(x)
 
 
 # ---------------------------------------------------------- bad input

@@ -73,7 +73,7 @@ def test_import_flbridge_imports_none_of_the_training_libraries():
     root = ast.parse((PKG / "__init__.py").read_text())
     assert any(isinstance(n, ast.ImportFrom) and n.module == "integrations" for n in root.body)
     for module, ours, fn in hooks.INTEGRATIONS:
-        assert module.split(".")[0] in LIBRARIES
+        assert module.split(".")[0] in (*LIBRARIES, "torch")   # torch's DDP (flbridge.integrations.ddp)
         assert f"def {fn}(" in (PKG / "integrations" / f"{ours}.py").read_text()
 
 

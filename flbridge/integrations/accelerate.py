@@ -45,7 +45,7 @@ import torch
 
 from ..devices import chip_for, current_device
 from ..errors import IntegrationError, IntegrationWarning
-from . import ranks
+from . import ddp, ranks
 
 BACKEND = "flccl"
 
@@ -129,14 +129,13 @@ def on_accelerator(module) -> None:
         _check_dtype(dev, precision)
         handler = self.ddp_handler
         if handler is not None and handler.find_unused_parameters and self.distributed_type != DistributedType.NO:
-            # torch 2.13's DDP reducer all-reduces its unused-parameter map through pinned host memory on
-            # a PrivateUse1 device, and a Python backend cannot provide a pinned allocator
+            # flbridge.integrations.ddp: the reducer needs a pinned allocator for it (said here, where the
+            # setting was made, rather than by DistributedDataParallel later)
             handler.find_unused_parameters = False
             warnings.warn(
-                "flbridge: DistributedDataParallel(find_unused_parameters=True) cannot run on fl with torch 2.13 "
-                "(its reducer needs a pinned-memory allocator for the device, which a Python backend cannot "
-                "register); running with find_unused_parameters=False. A model whose forward leaves parameters "
-                "unused then fails in DDP: freeze them (requires_grad=False) or use them.",
+                f"flbridge: accelerate's DistributedDataParallelKwargs(find_unused_parameters=True) runs as "
+                f"find_unused_parameters=False on fl ({ddp.WHY}). A model whose forward leaves parameters "
+                f"unused then fails in DDP: freeze them (requires_grad_(False)) or use them.",
                 IntegrationWarning, stacklevel=2)
         if precision == "fp16" and self.distributed_type not in (DistributedType.DEEPSPEED,
                                                                  DistributedType.MEGATRON_LM):

@@ -94,6 +94,7 @@ def _ensure_finder() -> None:
 
 # module -> (flbridge module, function): run when the program imports the module
 INTEGRATIONS = (
+    ("torch.nn.parallel.distributed", "ddp", "install"),
     ("deepspeed.accelerator.real_accelerator", "deepspeed", "on_import"),
     ("accelerate.state", "accelerate", "on_state"),
     ("accelerate.accelerator", "accelerate", "on_accelerator"),
