@@ -938,3 +938,32 @@ def test_parameters_living_in_one_flat_buffer_compile_and_train_like_the_cpu(x1)
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(flat.cpu(), torch.cat([q.detach().reshape(-1) for q in ref.parameters()]),
                                rtol=1e-5, atol=1e-6)          # the steps wrote through to the flat buffer
+
+
+@pytest.mark.parametrize("backend", ["fl", "inductor"])
+def test_a_pipeline_over_two_chips_compiled_as_a_whole_trains_like_the_cpu(x1, th1, backend):
+    """Stage 1 on one chip, stage 2 on another, `h.to(...)` between, compiled
+    as one function: it had raised GraphCaptureError ("a copy from fl:0 to
+    fl:1 during graph capture") on every call.  Such a graph runs eagerly."""
+    torch.manual_seed(0)
+    w1, w2 = torch.randn(8, 8), torch.randn(8, 4)
+
+    def f(x, w1, w2):
+        h = torch.relu(x @ w1)
+        return (h.to(w2.device) @ w2).sum(0)
+
+    cf = torch.compile(f, backend=backend)
+    a, b = w1.to(x1).requires_grad_(), w2.to(th1).requires_grad_()
+    ra, rb = w1.clone().requires_grad_(), w2.clone().requires_grad_()
+    for _ in range(2):
+        x = torch.randn(3, 8)
+        out = cf(x.to(x1), a, b)
+        ref = f(x, ra, rb)
+        assert out.device == th1
+        torch.testing.assert_close(out.detach().cpu(), ref.detach(), rtol=1e-5, atol=1e-5)
+        out.sum().backward()
+        ref.sum().backward()
+    torch.testing.assert_close(a.grad.cpu(), ra.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(b.grad.cpu(), rb.grad, rtol=1e-5, atol=1e-5)
+    eager = compile_backend.stats()["eager_graphs"]
+    assert sum(eager.values()) >= 2 and all("spans" in why for why in eager), eager

@@ -73,9 +73,13 @@ _COMPILED: list = []   # every graph compiled in this process (flbridge.compiler
 
 def stats() -> dict:
     """Counts over the graphs compiled with backend "fl": graphs, capture
-    runs, replays, recorded vendor calls, and the nodes run eagerly with why."""
-    out = {"graphs": len(_COMPILED), "captures": 0, "replays": 0, "vendor_calls": 0, "eager_nodes": {}}
+    runs, replays, recorded vendor calls, the nodes run eagerly with why, and
+    the graphs run eagerly every call with why."""
+    out = {"graphs": len(_COMPILED), "captures": 0, "replays": 0, "vendor_calls": 0, "eager_nodes": {},
+           "eager_graphs": {}}
     for cg in _COMPILED:
+        if cg.eager_why is not None:
+            out["eager_graphs"][cg.eager_why] = out["eager_graphs"].get(cg.eager_why, 0) + 1
         out["captures"] += cg.captures
         out["replays"] += cg.replays
         for progs in cg.programs.values():

@@ -38,7 +38,7 @@ from ..tensor import GraphPool, Storage, XPUTensor, make_resident, next_serial
 from ..tensor.traceable import unwrap_arg
 from .addresses import Patcher, move_out_of_pool
 from .fuse_adam import chip_runs_natively, fuse_adam_steps
-from .nodes import is_constant_fill, must_be_eager
+from .nodes import fake_tensors, is_constant_fill, must_be_eager
 from .passes import fuse_foreach_lerp, reinplace_input_updates, remove_noop_clones
 
 aten = torch.ops.aten
@@ -258,6 +258,13 @@ class CompiledGraph:
         # boxed calling convention; an instance attribute, so the functools.wraps
         # of AOTAutograd's torch._dynamo.disable around a backward copies it
         self._boxed_call = True
+        # a graph over two fl devices (a pipeline compiled as a whole) runs through flbridge's eager
+        # path every call: a program replays one chip's calls, from one chip's pool
+        self.devices = sorted({str(v.device) for n in gm.graph.nodes for v in fake_tensors(n)
+                               if v.device.type == "fl"})
+        self.eager_why = None if capture else "options={'capture': False}"
+        if capture and len(self.devices) > 1:
+            capture, self.eager_why = False, f"spans {', '.join(self.devices)} (a replay runs one chip's calls)"
         self.removed_clones = remove_noop_clones(gm) if capture else 0
         self.fused = fuse_foreach_lerp(gm) if capture else 0
         self.reinplaced = reinplace_input_updates(gm) if capture else 0

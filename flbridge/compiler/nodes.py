@@ -23,10 +23,10 @@ def must_be_eager(n):
         if torch.Tag.nondeterministic_seeded in t.tags:
             return "random: new numbers every call"
         if t in _CROSSING:
-            devs = {v.device.type for v in _fake_tensors(n)}
+            devs = {v.device.type for v in fake_tensors(n)}
             if devs - {"fl"} or t in (aten._local_scalar_dense.default, aten.item.default):
                 return "moves data between the host and the device"
-        if any(v.device.type != "fl" for v in _fake_tensors(n)):
+        if any(v.device.type != "fl" for v in fake_tensors(n)):
             return "works on CPU tensors"
         return None
     if t is operator.getitem:
@@ -83,7 +83,7 @@ def _holds(a, n) -> bool:
     return False
 
 
-def _fake_tensors(n):
+def fake_tensors(n):
     vals = []
     for a in (n, *n.all_input_nodes):
         v = a.meta.get("val")
