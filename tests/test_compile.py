@@ -16,6 +16,7 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import flbridge
 import flbridge.compiler.backend as compile_backend
@@ -967,3 +968,45 @@ def test_a_pipeline_over_two_chips_compiled_as_a_whole_trains_like_the_cpu(x1, t
     torch.testing.assert_close(b.grad.cpu(), rb.grad, rtol=1e-5, atol=1e-5)
     eager = compile_backend.stats()["eager_graphs"]
     assert sum(eager.values()) >= 2 and all("spans" in why for why in eager), eager
+
+
+_EAGER_AFTER = {"relu->dropout": lambda t: F.dropout(torch.relu(t), 0.3, True),
+                "tanh->dropout": lambda t: F.dropout(torch.tanh(t), 0.3, True),
+                "softmax->dropout": lambda t: F.dropout(torch.softmax(t, -1), 0.3, True),
+                "relu->flip": lambda t: torch.relu(t).flip(1)}       # flip: a CPU fallback on x1
+
+
+@pytest.mark.parametrize("case", list(_EAGER_AFTER))
+def test_an_eager_step_reads_this_calls_value_of_a_saved_activation(x1, case):
+    """An activation saved for backward (returned as an alias of itself) and
+    read by an eager step (dropout, a CPU fallback): every call's output and
+    gradient equal eager's with the same seed.  The eager step had read the
+    activation at its capture-run address, so from the second call on it saw
+    the first call's values (GPT-2 and Llama training with dropout drifted)."""
+    g = _EAGER_AFTER[case]
+    torch.manual_seed(0)
+    w1, w2 = (torch.randn(8, 16).to(x1).requires_grad_(), torch.randn(16, 8).to(x1).requires_grad_())
+
+    def f(x, w1, w2):
+        return g(x @ w1) @ w2
+    cf = torch.compile(f, backend="fl")
+    for i in range(3):
+        x = torch.randn(4, 8).to(x1)
+        torch.manual_seed(10 + i)
+        a = f(x, w1, w2)
+        ga = torch.autograd.grad(a.square().sum(), w1)[0]
+        torch.manual_seed(10 + i)
+        b = cf(x, w1, w2)
+        gb = torch.autograd.grad(b.square().sum(), w1)[0]
+        assert torch.equal(a.cpu(), b.cpu()) and torch.equal(ga.cpu(), gb.cpu()), i
+
+
+def test_an_eager_step_reads_this_calls_value_when_a_view_of_it_is_returned(x1):
+    def f(x):
+        h = x * 2
+        return h.t(), h.flip(1), h[0], torch.erf(h * 0.1)
+    cf = torch.compile(f, backend="fl")
+    for i in range(3):
+        x = torch.arange(6.).reshape(2, 3) + 10 * i
+        for a, b in zip(f(x), cf(x.to(x1))):
+            torch.testing.assert_close(b.cpu(), a)

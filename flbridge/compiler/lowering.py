@@ -456,6 +456,14 @@ class CompiledGraph:
             if isinstance(o, torch.fx.Node) and o.op != "placeholder" and o not in eager_nodes \
                     and o not in prog.consts:
                 prog.values[o] = _describe(v, slot_of, kept)
+        # a value an eager step read, described then at its capture-run address, whose storage turned
+        # out to be an output's (the output a view of it: h.t() returned, h read by a dropout): its
+        # storage is new every call, and the eager step must read that one
+        moved = [sid for sid in kept if sid in slot_of]
+        if moved:
+            for sid in moved:
+                del kept[sid]
+            prog.values = {n: _reslot(d, slot_of) for n, d in prog.values.items()}
         # the recorded calls, with private descriptors and their patch lists
         patcher = Patcher(chip.runtime)
         for seg, calls, notes in captured:
@@ -643,6 +651,18 @@ def _describe(v, slot_of, kept):
             slot = ("kept", st.sid)
         return (slot, tuple(v.shape), v.stride(), v.storage_offset(), v.dtype)
     return ("const", v)
+
+
+def _reslot(desc, slot_of):
+    """desc with a ("kept", sid) slot replaced by the slot sid got since."""
+    if desc[0] == "const":
+        return desc
+    if desc[0] == "seq":
+        return ("seq", desc[1], [_reslot(d, slot_of) for d in desc[2]])
+    slot = desc[0]
+    if slot[0] == "kept" and slot[1] in slot_of:
+        return (slot_of[slot[1]], *desc[1:])
+    return desc
 
 
 def _slot_storage(slot, ctx):
