@@ -1010,3 +1010,41 @@ def test_an_eager_step_reads_this_calls_value_when_a_view_of_it_is_returned(x1):
         x = torch.arange(6.).reshape(2, 3) + 10 * i
         for a, b in zip(f(x), cf(x.to(x1))):
             torch.testing.assert_close(b.cpu(), a)
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_around_dropout_recomputes_the_same_mask(x1, reentrant):
+    """torch.utils.checkpoint around a block with dropout in a compiled model:
+    AOTAutograd's graphs hold run_and_save_rng_state / run_with_rng_state,
+    which had no implementation for fl tensors ("'NotImplementedType' object
+    is not subscriptable").  Outputs and gradients equal eager fl's with the
+    same seed, every call."""
+    from torch.utils.checkpoint import checkpoint
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+            self.drop = torch.nn.Dropout(0.3)
+
+        def inner(self, x):
+            return self.drop(torch.tanh(self.lin(x)))
+
+        def forward(self, x):
+            return checkpoint(self.inner, x, use_reentrant=reentrant) * 2
+
+    torch.manual_seed(0)
+    eager = Block().to(x1)
+    comp = copy.deepcopy(eager)
+    cm = torch.compile(comp, backend="fl")
+    for i in range(3):
+        x = torch.randn(4, 8).to(x1).requires_grad_()   # reentrant checkpointing needs an input that does
+        torch.manual_seed(10 + i)
+        a = eager(x)
+        a.square().sum().backward()
+        torch.manual_seed(10 + i)
+        b = cm(x)
+        b.square().sum().backward()
+        assert torch.equal(a.detach().cpu(), b.detach().cpu()), i
+        for p, q in zip(eager.parameters(), comp.parameters()):
+            torch.testing.assert_close(q.grad.cpu(), p.grad.cpu(), rtol=1e-6, atol=1e-6)
