@@ -1048,3 +1048,19 @@ def test_activation_checkpointing_around_dropout_recomputes_the_same_mask(x1, re
         assert torch.equal(a.detach().cpu(), b.detach().cpu()), i
         for p, q in zip(eager.parameters(), comp.parameters()):
             torch.testing.assert_close(q.grad.cpu(), p.grad.cpu(), rtol=1e-6, atol=1e-6)
+
+
+def test_an_empty_batch_trains_through_a_compiled_model(x1):
+    """A batch of 0 rows: forward and backward (zero gradients), then real
+    batches, as on the CPU.  The empty output's gradient (strides (0, 0))
+    had failed AOTAutograd's tangent check: "expected SubclassCreationMeta,
+    got PlainTensorMeta"."""
+    ref = mlp()
+    m = copy.deepcopy(ref).to(x1)
+    cm = torch.compile(m, backend="fl")
+    for rows in (0, 3, 0):
+        x = torch.randn(rows, 8)
+        cm(x.to(x1)).sum().backward()
+        ref(x).sum().backward()
+        for p, q in zip(m.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-6)

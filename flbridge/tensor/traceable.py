@@ -35,7 +35,7 @@ import weakref
 import torch
 from torch.utils._python_dispatch import return_and_correct_aliasing
 
-from .xpu_tensor import XPUTensor, new_tensor
+from .xpu_tensor import XPUTensor, dense_strides, new_tensor
 
 _META = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
 
@@ -147,8 +147,15 @@ def plain_tensor(storage, dtype, shape, stride, offset) -> torch.Tensor:
 
 
 def make_inner(x: XPUTensor) -> torch.Tensor:
-    """x's stand-in: a plain fl tensor with x's geometry, no data."""
-    p = plain_tensor(_inner_storage(x._st, x.device), x.dtype, x.shape, x.stride(), x.storage_offset())
+    """x's stand-in: a plain fl tensor with x's geometry, no data.  An empty
+    tensor's stand-in has dense strides whatever x's are: AOTAutograd checks
+    a tangent's stand-in against the dense strides it traced, and an empty
+    tangent from autograd (the gradient of an empty sum: strides (0, 0)) passes
+    its check on the XPUTensor (every empty tensor is contiguous), so it would
+    restride the stand-in with torch.empty_strided, which on fl makes an
+    XPUTensor where AOTAutograd needs a plain tensor."""
+    stride = x.stride() if x.numel() else dense_strides(x.shape)
+    p = plain_tensor(_inner_storage(x._st, x.device), x.dtype, x.shape, stride, x.storage_offset())
     d = p.__dict__
     d["_x"] = weakref.ref(x)
     d["_st"] = x._st
