@@ -8,8 +8,8 @@ time: on a machine shared with other jobs the wall time of a 1 ms step
 depends on the scheduler more than on the code.  The simulators and torch
 run on this process's one thread either way; first calls are wall time.
 --block K: each round runs each program K times in a row, as a training
-loop does, instead of once; the order of the programs rotates every round
-either way.)
+loop does, instead of once; the order of the programs is shuffled every
+round either way, bench/sidebyside.py.)
 
 Part 1, for each chip, in one process, interleaved round by round (torch at
 one thread, as the simulators run one):

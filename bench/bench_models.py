@@ -156,7 +156,7 @@ def breakdown(step, dev):
 def side_by_side(steps, rounds):
     """([median seconds per step], [median per-round ratio to the first]) for
     `steps` (the first is the CPU), timed by sidebyside.side_by_side (the
-    order rotated every round)."""
+    order shuffled every round)."""
     res = sidebyside.side_by_side({i: s for i, s in enumerate(steps)}, rounds, warmup=3)
     return [res[i][0] for i in range(len(steps))], [res[i][1] for i in range(len(steps))]
 

@@ -4,13 +4,19 @@ On a shared, noisy machine a ratio is only worth something when both sides
 ran under the same conditions, so every program runs in every round, and the
 ratio reported is the median of the per-round ratios.
 
-The order is rotated by one each round: the program run right after another
-one finds the caches full of that one's code and data (about 0.05x of the
-CPU's time on bench_compile's encoder), which a fixed order would charge to
-the same program every round.
+Each round runs the programs in a new order (a shuffle, seeded by the round
+number, so runs are repeatable): the program run right after another one
+finds the caches full of that one's code and data: bench_compile's compiled
+encoder call took 3-15% less right after another compiled call (Dynamo's,
+AOTAutograd's and flbridge's replay code already cached) than right after
+graph replay or the CPU model, 0.02-0.09x of the CPU's time (scratch run, 60
+rounds per order, x1 and th1).  A fixed order, or one rotated by one each
+round, gives every program the same predecessor in every round and charges
+that to it.
 """
 from __future__ import annotations
 
+import random
 import statistics
 import time
 
@@ -27,7 +33,7 @@ def side_by_side(steps: dict, rounds: int, warmup: int = 2) -> dict:
             s()
     times = {k: [] for k in steps}
     for r in range(rounds):
-        for k in names[r % len(names):] + names[:r % len(names)]:
+        for k in random.Random(r).sample(names, len(names)):
             s = steps[k]
             t0 = CLOCK()
             for _ in range(BLOCK):
