@@ -155,6 +155,7 @@ def test_nothing_is_attached_unless_the_fl_activity_is_profiled(x1):
     assert not launch.WATCH.active and launch.WATCH.observers == []
 
 
+@pytest.mark.slow    # a fresh interpreter: 4 s
 def test_the_profiler_imports_as_a_module_and_is_one_object():
     """`import flbridge.profiler` and `from flbridge.profiler import profile` in a
     fresh interpreter, before and after attribute access: one module object."""
