@@ -130,6 +130,15 @@ def test_zero2_with_fused_adam_overlap_comm_clipping_and_a_checkpoint_matches_th
     assert "vendor collectives" in r0["group"]
 
 
+def test_zero2_with_a_compiled_engine_matches_the_cpu(tmp_path, no_builds):
+    """engine.compile(backend="fl"): ZeRO's flat parameter groups make the
+    parameters share one Storage (each is `.data = flat[a:b]`), which the
+    compile's fakeification had failed on."""
+    cfg, results = _zero(DSConfig(device="xpu:th1", model="cnn", stage=2, steps=3, compile=True,
+                                  checkpoint=False), tmp_path)
+    _check_fp32(results, cfg)
+
+
 def test_zero1_with_the_optimizer_offloaded_to_the_cpu_matches_the_cpu(tmp_path, no_builds):
     cfg, results = _zero(DSConfig(device="xpu:th1", model="cnn", stage=1, steps=3, offload=True,
                                   checkpoint=False), tmp_path)

@@ -57,6 +57,7 @@ class DSConfig:
     threads: int = 1              # torch CPU threads per rank
     timeout_s: float = 120.0
     cpu: bool = False             # the ranks on the CPU (DeepSpeed's CPU accelerator, gloo): the bench's baseline
+    compile: bool = False         # engine.compile(backend="fl") before training (not for the checkpoint's fresh engine)
 
 
 def ds_config(cfg: DSConfig, world: int) -> dict:
@@ -120,6 +121,8 @@ def train_rank(rank: int, world: int, cfg: DSConfig, init_method: str | None = N
     # each rank starts from its own values: DeepSpeed's broadcast from rank 0 must equalize them
     model = build_model(cfg.model, seed=rank)
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=conf)
+    if cfg.compile:
+        engine.compile(backend="aot_eager" if cfg.cpu else "fl")
     dev = engine.device
     x, y = _shard(cfg, rank, world, dev)
     if not cfg.cpu:
@@ -335,12 +338,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--overlap-comm", action="store_true")
     ap.add_argument("--offload", action="store_true")
     ap.add_argument("--no-checkpoint", action="store_true")
+    ap.add_argument("--compile", action="store_true", help='engine.compile(backend="fl") before training')
     ap.add_argument("--local_rank", type=int, default=None, help="(set by the deepspeed launcher)")
     ap.add_argument("--out", required=True, help="folder for the rank<r>.pt results")
     a = ap.parse_args(argv)
     cfg = DSConfig(device=a.device, model=a.model, stage=a.stage, steps=a.steps, batch=a.batch,
                    optimizer=a.optimizer, precision=a.precision, overlap_comm=a.overlap_comm, offload=a.offload,
-                   checkpoint=not a.no_checkpoint, out=a.out)
+                   checkpoint=not a.no_checkpoint, out=a.out, compile=a.compile)
     train_rank(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), cfg)
     return 0
 
