@@ -1064,3 +1064,15 @@ def test_an_empty_batch_trains_through_a_compiled_model(x1):
         ref(x).sum().backward()
         for p, q in zip(m.parameters(), ref.parameters()):
             torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_a_failure_of_the_fl_backend_under_the_default_compile_says_which_backend_failed(x1, monkeypatch):
+    """Dynamo names the failing backend 'inductor' when the default compile's
+    fl graph fails; the error carries a note that the fl backend ran it."""
+    from flbridge.compiler import lowering
+
+    def broken(*a, **k):
+        raise RuntimeError("a lowering failure")
+    monkeypatch.setattr(lowering.CompiledGraph, "__init__", broken)
+    with pytest.raises(Exception, match=r"(?s)a lowering failure.*the error above is the 'fl' backend's"):
+        torch.compile(lambda x: x * 2)(torch.randn(3).to(x1))

@@ -123,7 +123,18 @@ def _route_inductor_on_fl() -> None:
     @functools.wraps(inductor_call)
     def __call__(self, model_, inputs_, **kwargs):
         if _on_fl(model_, inputs_):
-            return fl_backend(model_, inputs_)
+            try:
+                return fl_backend(model_, inputs_)
+            except Exception as e:
+                # Dynamo's message quotes str(e) as backend='inductor' failing: say which backend ran
+                note = ("\n(flbridge: torch.compile's default backend handed this graph to flbridge's 'fl' "
+                        "backend, as it reads or makes fl tensors, which Inductor cannot compile; the error "
+                        "above is the 'fl' backend's)")
+                if e.args and isinstance(e.args[0], str):
+                    e.args = (e.args[0] + note, *e.args[1:])
+                else:
+                    e.add_note(note.strip())
+                raise
         return inductor_call(self, model_, inputs_, **kwargs)
     __call__._flbridge = True
     cls.__call__ = __call__
