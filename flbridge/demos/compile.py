@@ -23,6 +23,13 @@ def _step(model, opt, opt_step, x, y):
 
 
 def run_compile_demo(steps: int = 8, device=None, batch: int = 8, out=print) -> int:
+    # one torch thread throughout (the simulator runs one): Dynamo's guards include the thread count, so setting it
+    # only around the timing would recompile every graph there
+    with one_torch_thread():
+        return _run(steps, device, batch, out)
+
+
+def _run(steps, device, batch, out) -> int:
     import flbridge
     from ..compiler import backend as compile_backend
     from ..devices import chip_for, current_device
@@ -63,12 +70,11 @@ def run_compile_demo(steps: int = 8, device=None, batch: int = 8, out=print) -> 
                    for a, b in zip(cpu.parameters(), comp.parameters()))
         out(f"\nlargest parameter difference after training: {diff:.2e}")
         times = {"CPU (torch)": [], "fl eager": [], "fl compiled": []}
-        with one_torch_thread():
-            for _ in range(5):
-                for name, fn in (("CPU (torch)", cpu_step), ("fl eager", eager_step), ("fl compiled", cstep)):
-                    t0 = time.perf_counter()
-                    fn()
-                    times[name].append(time.perf_counter() - t0)
+        for _ in range(5):
+            for name, fn in (("CPU (torch)", cpu_step), ("fl eager", eager_step), ("fl compiled", cstep)):
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
     base = statistics.median(times["CPU (torch)"])
     out(f"\n  {'':14s} {'ms/step':>8s} {'x CPU':>7s}   (medians of 5, torch at one thread as the simulator runs one)")
     for name, ts in times.items():
