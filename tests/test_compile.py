@@ -896,7 +896,7 @@ def test_fuse_adam_takes_the_exact_chain_and_nothing_that_reads_or_reorders_it()
     assert fuse_adam_steps(gm, lambda op, args, kwargs: False) == 0
 
 
-@pytest.mark.parametrize("backend", ["fl", "inductor"])
+@pytest.mark.parametrize("backend", ["fl", pytest.param("inductor", marks=pytest.mark.slow)])
 def test_a_factory_on_the_current_device_follows_it_when_dynamo_traces_again(x1, th1, backend):
     """`torch.zeros(..., device="fl")` in a compiled function called on one
     device, then (the input on another, so Dynamo traces again) on another:
@@ -941,7 +941,7 @@ def test_parameters_living_in_one_flat_buffer_compile_and_train_like_the_cpu(x1)
                                rtol=1e-5, atol=1e-6)          # the steps wrote through to the flat buffer
 
 
-@pytest.mark.parametrize("backend", ["fl", "inductor"])
+@pytest.mark.parametrize("backend", ["fl", pytest.param("inductor", marks=pytest.mark.slow)])
 def test_a_pipeline_over_two_chips_compiled_as_a_whole_trains_like_the_cpu(x1, th1, backend):
     """Stage 1 on one chip, stage 2 on another, `h.to(...)` between, compiled
     as one function: it had raised GraphCaptureError ("a copy from fl:0 to
@@ -976,7 +976,8 @@ _EAGER_AFTER = {"relu->dropout": lambda t: F.dropout(torch.relu(t), 0.3, True),
                 "relu->flip": lambda t: torch.relu(t).flip(1)}       # flip: a CPU fallback on x1
 
 
-@pytest.mark.parametrize("case", list(_EAGER_AFTER))
+@pytest.mark.parametrize("case", [c if c in ("relu->dropout", "relu->flip") else pytest.param(c, marks=pytest.mark.slow)
+                                  for c in _EAGER_AFTER])
 def test_an_eager_step_reads_this_calls_value_of_a_saved_activation(x1, case):
     """An activation saved for backward (returned as an alias of itself) and
     read by an eager step (dropout, a CPU fallback): every call's output and
@@ -1012,7 +1013,7 @@ def test_an_eager_step_reads_this_calls_value_when_a_view_of_it_is_returned(x1):
             torch.testing.assert_close(b.cpu(), a)
 
 
-@pytest.mark.parametrize("reentrant", [False, True])
+@pytest.mark.parametrize("reentrant", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_activation_checkpointing_around_dropout_recomputes_the_same_mask(x1, reentrant):
     """torch.utils.checkpoint around a block with dropout in a compiled model:
     AOTAutograd's graphs hold run_and_save_rng_state / run_with_rng_state,
