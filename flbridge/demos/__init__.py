@@ -1,22 +1,4 @@
 """`flbridge demo` and its models: training beside the CPU (train), FLGraph
 replay (graph), DistributedDataParallel (ddp), and the reference models the
-demos, benches, tests and `flbridge coverage` share (models)."""
-from __future__ import annotations
-
-import contextlib
-
-import torch
-
-
-@contextlib.contextmanager
-def one_torch_thread():
-    """torch at one thread while a demo times the CPU beside a chip: the
-    simulators run one, and on a busy machine torch's other threads wait for
-    cores (a 9 ms CPU training step measured 130-830 ms at two threads beside
-    other jobs)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+demos, benches, tests and `flbridge coverage` share (models); timing: the
+demos time the CPU at one torch thread, as the simulators run one."""

@@ -9,7 +9,7 @@ import warnings
 
 import torch
 
-from . import one_torch_thread
+from .timing import one_torch_thread
 
 
 def _step(model, opt, opt_step, x, y):

@@ -10,7 +10,7 @@ import warnings
 import torch
 import torch.nn as nn
 
-from . import one_torch_thread
+from .timing import one_torch_thread
 
 
 def _median_ms(fn, rounds: int) -> float:
