@@ -24,30 +24,23 @@ import torch
 from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
 
 from ..tensor import XPUTensor
-from ..tensor.traceable import is_traced
+from ..tensor.traceable import any_traced
 
 
-def _fl_tensors(args, kwargs):
-    return [a for a in (*args, *kwargs.values()) if type(a) is XPUTensor]
-
-
-def _device(tensors):
-    return tensors[0].device
+def _device_of(args, kwargs):
+    return next(a for a in (*args, *kwargs.values()) if type(a) is XPUTensor).device
 
 
 def _run_and_save(op, *args, **kwargs):
-    ts = _fl_tensors(args, kwargs)
-    if any(is_traced(t) for t in ts):     # tracing: the op on the stand-ins, as any other op
+    if any_traced(args, kwargs):     # tracing: the op on the stand-ins, as any other op
         return XPUTensor.__torch_dispatch__(run_and_save_rng_state, (XPUTensor,), (op, *args), kwargs)
-    state = torch.fl.get_rng_state(_device(ts))
-    return state, op(*args, **kwargs)
+    return torch.fl.get_rng_state(_device_of(args, kwargs)), op(*args, **kwargs)
 
 
 def _run_with(rng_state, op, *args, **kwargs):
-    ts = _fl_tensors(args, kwargs)
-    if any(is_traced(t) for t in ts):
+    if any_traced(args, kwargs):
         return XPUTensor.__torch_dispatch__(run_with_rng_state, (XPUTensor,), (rng_state, op, *args), kwargs)
-    dev = _device(ts)
+    dev = _device_of(args, kwargs)
     current = torch.fl.get_rng_state(dev)
     torch.fl.set_rng_state(rng_state.cpu(), dev)
     try:
