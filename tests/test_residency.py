@@ -192,6 +192,20 @@ def test_finalizer_inside_the_allocator_does_not_deadlock(th1):
     fake.allocator.empty_cache()
 
 
+def test_the_allocator_hands_out_a_preferred_free_block_else_the_last_freed(th1):
+    alloc = flbridge.devices.chip_for(th1).allocator
+    a, sc = alloc.alloc(1000)
+    b, _ = alloc.alloc(1000)
+    c, _ = alloc.alloc(1000)
+    for addr in (a, b, c):
+        alloc.release(addr, sc)
+    assert alloc.alloc(1000, prefer=b) == (b, sc)       # the preferred block, though c was freed last
+    assert alloc.alloc(1000, prefer=b) == (c, sc)       # taken: the last freed, as without a preference
+    assert alloc.alloc(1000) == (a, sc)
+    for addr in (a, b, c):
+        alloc.release(addr, sc)
+
+
 OOM_SCRIPT = textwrap.dedent("""
     import torch, flbridge
     flbridge.init()

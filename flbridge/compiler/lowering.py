@@ -524,10 +524,11 @@ class CompiledGraph:
             make_resident(chip, stale)
         fresh = []
         alloc = chip.allocator.alloc
-        for nbytes in prog.fresh_nbytes:
+        # last call's blocks where they are free again: addresses already in the descriptors
+        for nbytes, prev in zip(prog.fresh_nbytes, prog.fresh_last):
             st = Storage(chip, nbytes)
             if nbytes:
-                st.dev, st.dev_size = alloc(nbytes)
+                st.dev, st.dev_size = alloc(nbytes, prev)
                 st.dev_valid = True
                 st.version = 1
             fresh.append(st)

@@ -28,7 +28,7 @@ class DeviceAllocator:
         # re-entrant: a Storage finalizer run by the garbage collector inside a
         # locked region (on this same thread) returns its block through here
         self.lock = threading.RLock()
-        self.cache: dict[int, list[int]] = {}
+        self.cache: dict[int, dict[int, None]] = {}   # size class -> free addresses (insertion order)
         self.allocated = 0      # bytes in blocks held by storages
         self.cached = 0         # bytes in free blocks kept for reuse
         self.peak = 0
@@ -37,7 +37,12 @@ class DeviceAllocator:
         self.device_allocs = self.device_frees = self.retries = self.ooms = 0
         self.pool_of: dict = {}  # address -> GraphPool, for blocks of graphs' private pools
 
-    def alloc(self, nbytes: int) -> tuple[int, int]:
+    def alloc(self, nbytes: int, prefer=None) -> tuple[int, int]:
+        """(address, size class) of a block of at least nbytes.  `prefer`: an
+        address to take if it is a free cached block of that size class (a
+        compiled graph's replay asks for its previous call's blocks: the
+        kernels' descriptors then need no re-pointing, and the memory they
+        touch is the memory the last call left in the host caches)."""
         sc = _size_class(nbytes)
         cap = launch.STATE.capture
         pool = cap.mem_pool if cap is not None and cap.chip is self.chip else None
@@ -45,7 +50,11 @@ class DeviceAllocator:
             blocks = (pool.free if pool is not None else self.cache).get(sc)
             if blocks:
                 # the common case: a cached block, one lock
-                addr = blocks.pop()
+                if prefer is not None and prefer in blocks:
+                    del blocks[prefer]
+                    addr = prefer
+                else:
+                    addr = blocks.popitem()[0]      # the block freed last
                 self.cached -= sc
                 self.allocated += sc
                 self.blocks += 1
@@ -91,7 +100,7 @@ class DeviceAllocator:
                 if not pool.closed:
                     # a graph's private pool keeps its blocks: the graph's
                     # replays write there whoever holds them now
-                    pool.free.setdefault(sc, []).append(addr)
+                    pool.free.setdefault(sc, {})[addr] = None
                     self.cached += sc
                     return
                 del self.pool_of[addr]
@@ -99,8 +108,8 @@ class DeviceAllocator:
             if CONFIG.caching_allocator:
                 blocks = self.cache.get(sc)
                 if blocks is None:
-                    blocks = self.cache[sc] = []
-                blocks.append(addr)
+                    blocks = self.cache[sc] = {}
+                blocks[addr] = None
                 self.cached += sc
                 return
         self.device_frees += 1
@@ -127,7 +136,7 @@ class DeviceAllocator:
                 for a in addrs:
                     self.pool_of.pop(a, None)
                     pool.reserved -= sc
-                    self.cache.setdefault(sc, []).append(a)
+                    self.cache.setdefault(sc, {})[a] = None
             pool.free = {}
 
     def reset_peak(self) -> None:
@@ -141,7 +150,7 @@ class GraphPool:
 
     def __init__(self, chip=None):
         self.chip = chip
-        self.free: dict = {}     # size class -> free addresses
+        self.free: dict = {}     # size class -> {free address: None}
         self.reserved = 0        # bytes the pool holds, free or in use
         self.closed = False
         self.graphs = 0          # graphs using it
