@@ -445,6 +445,46 @@ def test_bad_mode_or_option_says_what_is_accepted(x1):
         torch.compile(mlp().to(x1), backend="fl", options={"tile": 4})(x)
 
 
+def _clone_view_of_input(x):
+    return (x[1:].clone().view(-1),)
+
+
+def _clone_view_beside_its_source(x):
+    y = x * 2
+    return y, y.clone().view(-1)
+
+
+@pytest.mark.parametrize("fn", [_clone_view_of_input, _clone_view_beside_its_source])
+def test_a_copy_returned_as_a_view_stays_a_copy_of_inputs_and_other_outputs(x1, fn):
+    """The pass that drops identity clones keeps those whose source shares
+    memory with an input or an output: writing into any output leaves the
+    input and the other outputs as they were, as on the CPU."""
+    cf = torch.compile(fn, backend="fl")
+    for _ in range(3):                      # the capture run, then replays
+        x = torch.arange(12.0).to(x1)
+        outs = cf(x)
+        expected = [o.cpu().clone() for o in fn(torch.arange(12.0))]
+        for i, o in enumerate(outs):
+            o.fill_(-1.0)
+            assert torch.equal(x.cpu(), torch.arange(12.0))
+            for j, other in enumerate(outs):
+                if j != i:
+                    assert torch.equal(other.cpu(), expected[j])
+            expected[i].fill_(-1.0)
+
+
+def test_an_identity_clone_inside_the_graph_is_dropped(x1):
+    """Eval-mode dropout and contiguous() of a contiguous tensor reach the
+    graph as clones; copying would be a device call per clone per call."""
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5), torch.nn.ReLU()).eval()
+    cm = torch.compile(copy.deepcopy(m).to(x1), backend="fl")
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(cm(x.to(x1)).cpu(), m(x), rtol=1e-5, atol=1e-6)
+    (cg,) = compile_backend._COMPILED
+    assert cg.removed_clones == 1
+
+
 def test_a_node_without_a_device_route_is_an_eager_step_every_call(x1):
     def f(x, w):
         return torch.erf(x @ w) * 2 + 1                               # x1 has no erf kernel

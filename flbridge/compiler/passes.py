@@ -19,8 +19,11 @@ def remove_noop_clones(gm: torch.fx.GraphModule) -> int:
     graphs spell an identity (dropout in eval mode, contiguous() of a
     contiguous tensor) as a clone, and each would be a device copy per call.
     Kept: clones of graph inputs or that are graph outputs (aliasing across
-    the graph boundary is AOTAutograd's business), clones that change the
-    layout, and any clone in a graph that mutates something."""
+    the graph boundary is AOTAutograd's business), clones of a value that
+    shares memory with an input or an output (``x[1:].clone().view(-1)``
+    returned: without the copy the output would be a view of the caller's
+    x), clones that change the layout, and any clone in a graph that
+    mutates something."""
     g = gm.graph
     if any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
            and n.target._schema.is_mutable for n in g.nodes):
@@ -32,7 +35,7 @@ def remove_noop_clones(gm: torch.fx.GraphModule) -> int:
         if n.op != "call_function" or n.target is not aten.clone.default or n in outputs:
             continue
         src = n.args[0]
-        if not isinstance(src, torch.fx.Node) or src.op == "placeholder":
+        if not isinstance(src, torch.fx.Node) or _escapes(src, outputs):
             continue
         if not _same_layout(src, n):
             continue
@@ -40,6 +43,26 @@ def remove_noop_clones(gm: torch.fx.GraphModule) -> int:
         g.erase_node(n)
         removed += 1
     return _recompiled(gm, removed)
+
+
+def _escapes(v, outputs) -> bool:
+    """v's memory is visible outside the graph: v is, or is a view of, a graph
+    input or constant, or v or a view of its base is a graph output."""
+    root = v
+    while root.op == "call_function" and _aliases(root) and root.args and isinstance(root.args[0], torch.fx.Node):
+        root = root.args[0]
+    if root.op != "call_function":
+        return True                     # a placeholder or a constant (get_attr)
+    seen, stack = {root}, [root]
+    while stack:
+        n = stack.pop()
+        if n in outputs:
+            return True
+        for u in n.users:
+            if u not in seen and u.op == "call_function" and _aliases(u) and u.args and u.args[0] is n:
+                seen.add(u)
+                stack.append(u)
+    return False
 
 
 def _recompiled(gm: torch.fx.GraphModule, changes: int) -> int:
