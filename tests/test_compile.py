@@ -485,6 +485,30 @@ def test_an_identity_clone_inside_the_graph_is_dropped(x1):
     assert cg.removed_clones == 1
 
 
+@pytest.mark.parametrize("chip", ["x1", "th1"])
+@pytest.mark.parametrize("draw", [
+    lambda x: x + torch.empty_like(x).normal_(0, 2),
+    lambda x: torch.nn.init.kaiming_uniform_(x.clone()),
+    lambda x: x.clone().bernoulli_(torch.full_like(x, 0.3)),
+    lambda x: x.clone().exponential_(),
+], ids=["normal_", "uniform_", "bernoulli_", "exponential_"])
+def test_in_place_random_ops_draw_in_compiled_code_what_they_draw_eagerly(request, chip, draw):
+    """AOTAutograd writes x.normal_() as normal_functional(x) (uniform(x),
+    random(x), ...): these run the chip's in-place kernel on a new tensor,
+    drawing what eager code draws from the chip's generator, as
+    backend="aot_eager" on the CPU gives eager's numbers."""
+    dev = request.getfixturevalue(chip)
+    x = torch.zeros(4, 5, device=dev)
+    comp = torch.compile(draw, backend="fl")
+    for seed in (1, 2):                     # the capture run, then a replay
+        torch.manual_seed(seed)
+        eager = draw(x).cpu()
+        torch.manual_seed(seed)
+        assert torch.equal(comp(x).cpu(), eager)
+    # the random op is an eager step each call (a replay would repeat its numbers), on the chip
+    assert set(compile_backend.stats()["eager_nodes"].values()) == {"random: new numbers every call"}
+
+
 def test_a_node_without_a_device_route_is_an_eager_step_every_call(x1):
     def f(x, w):
         return torch.erf(x @ w) * 2 + 1                               # x1 has no erf kernel

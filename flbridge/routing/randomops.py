@@ -125,7 +125,25 @@ def _full_reduction(name, along):
     return run
 
 
+def _functional(inplace):
+    """The functional form of an in-place random op, as AOTAutograd writes
+    `x.normal_()` in a compiled graph (`normal_functional(x)`): the in-place
+    op on a new tensor like x, so compiled code draws from the generator
+    what eager code draws, through the same kernel."""
+    def run(self, *args, generator=None):
+        return inplace(torch.empty_like(self), *args, generator=generator)
+    run.__name__ = f"_{inplace.__name__.split('.')[0]}functional"
+    return run
+
+
 RANDOM = {
+    aten.normal_functional.default: _functional(aten.normal_.default),
+    aten.uniform.default: _functional(aten.uniform_.default),
+    aten.exponential.default: _functional(aten.exponential_.default),
+    aten.log_normal.default: _functional(aten.log_normal_.default),
+    aten.cauchy.default: _functional(aten.cauchy_.default),
+    aten.geometric.default: _functional(aten.geometric_.default),
+    aten.bernoulli.Tensor: _functional(aten.bernoulli_.Tensor),
     aten.rand_like.default: _rand_like,
     aten.randn_like.default: _randn_like,
     aten.randint_like.default: _randint_like,
