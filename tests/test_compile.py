@@ -509,6 +509,21 @@ def test_in_place_random_ops_draw_in_compiled_code_what_they_draw_eagerly(reques
     assert set(compile_backend.stats()["eager_nodes"].values()) == {"random: new numbers every call"}
 
 
+def test_a_graph_past_its_eight_programs_drops_the_least_recently_used(x1):
+    """Sizes 2..10 (nine programs: 2 is dropped), 2 again (captured anew),
+    11 (drops 3, not 2), then 2 replays."""
+    cf = torch.compile(lambda x: (x * 2 + 1).sum(0), backend="fl", dynamic=True)
+    captured = []
+    for n in [*range(2, 11), 2, 11, 2]:
+        before = compile_backend.stats()["captures"]
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(cf(x.to(x1)).cpu(), (x * 2 + 1).sum(0))
+        captured.append(compile_backend.stats()["captures"] > before)
+    assert captured == [True] * 9 + [True, True, False]
+    (cg,) = compile_backend._COMPILED
+    assert sum(len(v) for v in cg.programs.values()) == 8
+
+
 def test_a_node_without_a_device_route_is_an_eager_step_every_call(x1):
     def f(x, w):
         return torch.erf(x @ w) * 2 + 1                               # x1 has no erf kernel

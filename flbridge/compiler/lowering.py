@@ -28,6 +28,7 @@ batch size or a dynamic shape costs one eager run, then replays.
 """
 from __future__ import annotations
 
+import collections
 import threading
 
 import torch
@@ -277,7 +278,7 @@ class CompiledGraph:
         self.placeholders = [n for n in self.nodes if n.op == "placeholder"]
         self.output_node = next(n for n in reversed(self.nodes) if n.op == "output")
         self.outputs = list(self.output_node.args[0])
-        self.programs = {}
+        self.programs = collections.OrderedDict()   # key -> programs; least recently used key first
         self.max_programs = max_programs
         self.captures = self.replays = 0
         # one call at a time: a program's descriptors are patched in place and its intermediates
@@ -311,24 +312,28 @@ class CompiledGraph:
         if self.shape_pos:
             key += tuple((args[i].shape, args[i].stride()) for i in self.shape_pos)
         prog = None
-        for p in self.programs.get(key, ()):
-            if p.matches(args):
-                prog = p
-                break
+        progs = self.programs.get(key)
+        if progs:
+            for p in progs:
+                if p.matches(args):
+                    prog = p
+                    break
         if prog is None:
             real = [unwrap_arg(a) for a in args]
             out, prog = self._capture(real)
             if prog is not None:
-                progs = self.programs.setdefault(key, [])
                 if sum(len(v) for v in self.programs.values()) >= self.max_programs:
-                    for v in self.programs.values():
-                        if v:
-                            v.pop(0).close()
-                            break
-                progs.append(prog)
+                    # the oldest program of the least recently used key makes room
+                    k, v = next(iter(self.programs.items()))
+                    v.pop(0).close()
+                    if not v:
+                        del self.programs[k]
+                self.programs.setdefault(key, []).append(prog)
+                self.programs.move_to_end(key)
             self.captures += 1
             args.clear()
             return out
+        self.programs.move_to_end(key)
         self.replays += 1
         out = self._replay(prog, args)
         args.clear()
