@@ -524,6 +524,33 @@ def test_a_graph_past_its_eight_programs_drops_the_least_recently_used(x1):
     assert sum(len(v) for v in cg.programs.values()) == 8
 
 
+@pytest.mark.parametrize("chip", ["x1", "x1v2"])
+def test_kernels_after_a_host_write_into_an_input_read_this_calls_input(request, chip):
+    """A KV-cache update: index_copy_ into the cache runs on the CPU on x1
+    (an eager step), and the kernels after it read the cache.  With a new
+    cache tensor every call (beam search reorders it with index_select),
+    its upload after the host write went to a new zero-copy mapping while
+    the kernels read the block the call began with: wrong from the second
+    call, the cache itself right."""
+    dev = request.getfixturevalue(chip)
+
+    def step(k_new, cache, pos, w):
+        cache.index_copy_(2, pos, k_new)
+        return (cache * w).sum(dim=(-1, -2))
+    f = torch.compile(step, backend="fl")
+    torch.manual_seed(0)
+    w = torch.randn(4)
+    cache_c = torch.zeros(3, 2, 6, 4)
+    cache_f = cache_c.to(dev)
+    for t in range(6):
+        k, pos, beams = torch.randn(3, 2, 1, 4), torch.tensor([t]), torch.randint(0, 3, (3,))
+        cache_c, cache_f = cache_c.index_select(0, beams), cache_f.index_select(0, beams.to(dev))
+        expected = step(k, cache_c, pos, w)
+        torch.testing.assert_close(f(k.to(dev), cache_f, pos.to(dev), w.to(dev)).cpu(), expected)
+        torch.testing.assert_close(cache_f.cpu(), cache_c)
+    assert compile_backend.stats()["replays"] >= 4
+
+
 def test_a_node_without_a_device_route_is_an_eager_step_every_call(x1):
     def f(x, w):
         return torch.erf(x @ w) * 2 + 1                               # x1 has no erf kernel

@@ -562,7 +562,16 @@ class CompiledGraph:
                     stale += [eager_st[s] for s in step.eager_res
                               if not eager_st[s].dev_valid and eager_st[s].nbytes]
                     if stale:
-                        make_resident(chip, stale)
+                        # an eager step wrote on the host (a CPU fallback writing into an input):
+                        # upload into the blocks the descriptors point at, not a new mapping
+                        make_resident(chip, stale, keep_address=True)
+                        last = prog.in_last
+                        for k, entries in prog.in_patch:
+                            addr = sts[k].dev
+                            if last[k] != addr:       # it had no block: one was allocated
+                                for desc, field, delta in entries:
+                                    setattr(desc, field, addr + delta)
+                                last[k] = addr
                     seg_last = step.last
                     for slot, entries in step.patches.items():
                         addr = eager_st[slot].dev
