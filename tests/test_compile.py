@@ -551,6 +551,29 @@ def test_kernels_after_a_host_write_into_an_input_read_this_calls_input(request,
     assert compile_backend.stats()["replays"] >= 4
 
 
+def _positives_doubled(x):
+    return x[x > 0] * 2
+
+
+def _prefix_by_count(x):
+    return x[:(x > 0).sum().item()] * 2
+
+
+@pytest.mark.parametrize("fn, flag", [(_positives_doubled, "capture_dynamic_output_shape_ops"),
+                                      (_prefix_by_count, "capture_scalar_outputs")])
+def test_a_graph_with_data_dependent_sizes_runs_eagerly_every_call(x1, fn, flag):
+    """With Dynamo told to keep nonzero / x[mask] / sizes from .item() in the
+    graph, the sizes change from call to call: a replay of the capture run's
+    calls returned its sizes (x[x > 0] * 2 of four positives gave two)."""
+    with torch._dynamo.config.patch(**{flag: True}):
+        cf = torch.compile(fn, backend="fl")
+        for vals in ([1., -1., 2., -2.], [1., 3., 2., 5.], [-1., -3., 2., -5.]):
+            x = torch.tensor(vals)
+            torch.testing.assert_close(cf(x.to(x1)).cpu(), fn(x))
+    assert list(compile_backend.stats()["eager_graphs"]) == [
+        "data-dependent sizes (a replay would repeat the capture run's)"]
+
+
 def test_a_node_without_a_device_route_is_an_eager_step_every_call(x1):
     def f(x, w):
         return torch.erf(x @ w) * 2 + 1                               # x1 has no erf kernel

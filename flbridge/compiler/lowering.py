@@ -33,6 +33,7 @@ import threading
 
 import torch
 import torch.fx
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from ..binding import launch
 from ..tensor import GraphPool, Storage, XPUTensor, make_resident, next_serial
@@ -244,6 +245,20 @@ class _Program:
         return True
 
 
+def _data_dependent(gm) -> bool:
+    """A value of the graph has a size only its data decides (an unbacked symbol)."""
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        if v is None:
+            continue
+        try:
+            if free_unbacked_symbols(v):
+                return True
+        except (TypeError, AssertionError, AttributeError):
+            continue        # a value with no sizes (a string, a device, an opaque object)
+    return False
+
+
 def _symbolic(val) -> bool:
     """A traced tensor whose sizes, strides or offset are symbols."""
     if not isinstance(val, torch.Tensor):
@@ -266,6 +281,10 @@ class CompiledGraph:
         self.eager_why = None if capture else "options={'capture': False}"
         if capture and len(self.devices) > 1:
             capture, self.eager_why = False, f"spans {', '.join(self.devices)} (a replay runs one chip's calls)"
+        if capture and _data_dependent(gm):
+            # nonzero, x[mask], a size read with .item() (capture_dynamic_output_shape_ops,
+            # capture_scalar_outputs): the sizes differ from call to call, a replay repeats the capture's
+            capture, self.eager_why = False, "data-dependent sizes (a replay would repeat the capture run's)"
         self.removed_clones = remove_noop_clones(gm) if capture else 0
         self.fused = fuse_foreach_lerp(gm) if capture else 0
         self.reinplaced = reinplace_input_updates(gm) if capture else 0
