@@ -574,6 +574,27 @@ def test_a_graph_with_data_dependent_sizes_runs_eagerly_every_call(x1, fn, flag)
         "data-dependent sizes (a replay would repeat the capture run's)"]
 
 
+def test_a_whole_model_saves_and_copies_after_a_compiled_call(th1):
+    """Tracing leaves compile-time objects on the parameters (the stand-in,
+    the outer storage fakeification describes): torch.save(model) and
+    deepcopy leave them out, as they leave out the rest of flbridge's
+    per-tensor state."""
+    import io
+    model = torch.nn.Linear(4, 2).to(th1)
+    torch.compile(model, backend="fl")(torch.randn(3, 4).to(th1)).sum().backward()
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    for where in (None, "cpu"):
+        buf.seek(0)
+        m2 = torch.load(buf, weights_only=False, map_location=where)
+        assert m2.weight.device == (th1 if where is None else torch.device("cpu"))
+        assert torch.equal(m2.weight.cpu(), model.weight.cpu()) and torch.equal(m2.bias.cpu(), model.bias.cpu())
+    m3 = copy.deepcopy(model)
+    assert "_described_storage" not in m3.weight.__dict__
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(torch.compile(m3, backend="fl")(x.to(th1)).cpu(), model(x.to(th1)).cpu())
+
+
 def test_a_node_without_a_device_route_is_an_eager_step_every_call(x1):
     def f(x, w):
         return torch.erf(x @ w) * 2 + 1                               # x1 has no erf kernel

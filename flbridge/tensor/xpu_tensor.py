@@ -21,7 +21,7 @@ from .residency import Storage
 
 
 # an XPUTensor's own attributes: its Storage and cached descriptors / host views
-_PRIVATE = frozenset(("_st", "_d", "_dd", "_k", "_hv", "_fl"))   # storage, caches, the compile stand-in
+_PRIVATE = frozenset(("_st", "_d", "_dd", "_k", "_hv", "_fl", "_described_storage"))   # storage, caches, compile stand-ins
 # not pickled with a parameter's state: what makes it a parameter, the class it had on the CPU
 _NOT_STATE = _PRIVATE | {"_is_param", "_flbridge_host_class"}
 
