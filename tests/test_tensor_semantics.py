@@ -294,6 +294,24 @@ def test_load_state_dict_into_fl_model(x1):
     assert dst.weight.device == x1
 
 
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+def test_like_factories_given_another_device_make_the_tensor_there(x1, device):
+    """device= of a *_like / new_* factory on an fl tensor: made on that
+    device, with no chip memory (empty_like had taken any device other than
+    the CPU as the tensor's own chip)."""
+    t = torch.randn(2, 3).t()
+    f = t.to(x1)
+    before = torch.fl.memory_allocated(x1)
+    for make in (lambda a: torch.empty_like(a, device=device), lambda a: torch.zeros_like(a, device=device),
+                 lambda a: torch.ones_like(a, device=device), lambda a: torch.full_like(a, 2.0, device=device),
+                 lambda a: torch.rand_like(a, device=device), lambda a: a.new_empty((3, 2), device=device),
+                 lambda a: a.new_zeros((3, 2), device=device), lambda a: a.new_full((2,), 1.0, device=device)):
+        got, want = make(f), make(t)
+        assert type(got) is torch.Tensor and got.device == torch.device(device)
+        assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype)
+    assert torch.fl.memory_allocated(x1) == before
+
+
 def test_like_factories_follow_each_input_layout_as_on_the_cpu(x1):
     # the result's geometry is PyTorch's (meta kernel), cached per input geometry and arguments
     base = torch.randn(2, 3, 4, 5)

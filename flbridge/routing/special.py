@@ -90,11 +90,12 @@ def empty_like(func, args, kwargs):
     self = args[0]
     device = kwargs.get("device")
     shape, strides, dtype = _like_geometry(func, self, args, kwargs)
-    if device is not None and torch.device(device).type == "cpu":
-        return torch.empty_strided(shape, strides, dtype=dtype, device="cpu")
     chip = self._st.chip
-    if device is not None and torch.device(device).type == "fl":
-        chip = chip_for(torch.device(device))
+    if device is not None:
+        d = torch.device(device)
+        if d.type != "fl":      # the CPU, meta, ...: made there, as on CUDA
+            return torch.empty_strided(shape, strides, dtype=dtype, device=d)
+        chip = chip_for(d)
     return new_tensor(chip, shape, strides, dtype)
 
 
