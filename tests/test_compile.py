@@ -595,6 +595,25 @@ def test_a_whole_model_saves_and_copies_after_a_compiled_call(th1):
     torch.testing.assert_close(torch.compile(m3, backend="fl")(x.to(th1)).cpu(), model(x.to(th1)).cpu())
 
 
+@pytest.mark.parametrize("how", ["hessian", "jvp of grad"])
+def test_forward_over_reverse_autodiff_compiles(x1, how):
+    """torch.func.hessian (jacfwd of jacrev) and jvp(grad(f)): the traced
+    backward moves a tensor to the meta device, a new tensor that the
+    tracing path had taken for an alias of its fl input."""
+    from torch.func import grad, hessian, jvp
+    if how == "hessian":
+        def fn(x, t):
+            return hessian(lambda v: (v.sin() * v.pow(3)).sum())(x)
+    else:
+        def fn(x, t):
+            return jvp(grad(lambda v: v.sin().sum()), (x,), (t,))
+    x, t = torch.randn(3), torch.ones(3)
+    got = torch.compile(fn, backend="fl")(x.to(x1), t.to(x1))
+    want = fn(x, t)
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        torch.testing.assert_close(g.cpu(), w, rtol=1e-5, atol=1e-6)
+
+
 def test_a_node_without_a_device_route_is_an_eager_step_every_call(x1):
     def f(x, w):
         return torch.erf(x @ w) * 2 + 1                               # x1 has no erf kernel

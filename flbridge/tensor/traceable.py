@@ -281,8 +281,12 @@ def trace_dispatch(func, args, kwargs):
     """An op on traced XPUTensors: the same op on their stand-ins (which the
     tracer records), results wrapped again, aliasing as the schema says."""
     kwargs = kwargs or {}
-    out = func(*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()})
-    return return_and_correct_aliasing(func, args, kwargs, _wrap(out))
+    out = _wrap(func(*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()}))
+    if out.__class__ is not XPUTensor and isinstance(out, torch.Tensor):
+        # the result left the device (x.to("meta"), which forward-mode AD over a backward
+        # makes): a new tensor, not the alias to.dtype_layout's schema allows for
+        return out
+    return return_and_correct_aliasing(func, args, kwargs, out)
 
 
 # ------------------------------------------------------ the protocol
