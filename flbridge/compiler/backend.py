@@ -197,6 +197,11 @@ def _fake_cache_sees_current_fl_device() -> None:
 # the demo) and the current-device wrappers of torch.tensor, Tensor.to, ...
 # (which step aside while Dynamo traces; skipped, each call would break the graph)
 _MODEL_FILES = ("demos/models.py", "devices/current.py")
+# of those, the files Dynamo inlines into the code that calls them but never
+# compiles as a frame of their own: Tensor.to called by flbridge's own code
+# (autocast's casts, run eagerly after a graph break) was a new top-level
+# frame each time, recompiled per tensor until a recompile failed
+_INLINE_ONLY = ("devices/current.py",)
 
 
 def _skip_flbridge_in_dynamo() -> None:
@@ -208,6 +213,7 @@ def _skip_flbridge_in_dynamo() -> None:
     import os
 
     root = str(PACKAGE_DIR)
+    inline_when_called = getattr(trace_rules, "BUILTIN_INLINE_WHEN_CALLED", None)
     added = False
     for dirpath, _, files in os.walk(root):
         for f in files:
@@ -215,7 +221,11 @@ def _skip_flbridge_in_dynamo() -> None:
                 continue
             path = trace_rules._as_posix_path(os.path.join(dirpath, f))
             rel = os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/")
-            if rel in _MODEL_FILES or path in trace_rules.SKIP_DIRS:
+            if rel in _INLINE_ONLY and isinstance(inline_when_called, set):
+                inline_when_called.add(path)      # checked before the skip list, for inlined calls only
+            elif rel in _MODEL_FILES:
+                continue
+            if path in trace_rules.SKIP_DIRS:
                 continue
             trace_rules.SKIP_DIRS.append(path)
             added = True
