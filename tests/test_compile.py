@@ -929,14 +929,14 @@ def test_the_current_device_wrappers_are_inlined_into_callers_but_never_compiled
     frame of its own when flbridge's own code calls it eagerly."""
     import torch._dynamo.trace_rules as tr
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
-    torch.fl.set_device(x1)
-    wrapper = torch.Tensor.to
-    assert getattr(wrapper, "__flbridge_original__", None) is not None
-    assert tr.check_verbose(wrapper, is_inlined_call=False).skipped
-    assert not tr.check_verbose(wrapper, is_inlined_call=True).skipped
-    explained = torch._dynamo.explain(lambda x: x.to(torch.float16) * 2)(torch.randn(3).to(x1))
-    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
-    assert not _debug_get_cache_entry_list(wrapper.__code__)
+    with torch.fl.device(x1):
+        wrapper = torch.Tensor.to
+        assert getattr(wrapper, "__flbridge_original__", None) is not None
+        assert tr.check_verbose(wrapper, is_inlined_call=False).skipped
+        assert not tr.check_verbose(wrapper, is_inlined_call=True).skipped
+        explained = torch._dynamo.explain(lambda x: x.to(torch.float16) * 2)(torch.randn(3).to(x1))
+        assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+        assert not _debug_get_cache_entry_list(wrapper.__code__)
 
 
 @pytest.mark.slow
@@ -947,34 +947,34 @@ def test_a_compiled_transformer_under_float16_autocast_trains_on_x1(x1):
     failed ('sources must not be empty for symbol')."""
     import torch.nn.functional as F
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
-    torch.fl.set_device(x1)
-    torch.manual_seed(0)
-    emb, tr_, out = (torch.nn.Embedding(20, 16), torch.nn.Transformer(16, 2, 2, 2, 32, dropout=0.0),
-                     torch.nn.Linear(16, 20))
-    m = torch.nn.ModuleDict({"emb": emb, "tr": tr_, "out": out})
+    with torch.fl.device(x1):
+        torch.manual_seed(0)
+        emb, tr_, out = (torch.nn.Embedding(20, 16), torch.nn.Transformer(16, 2, 2, 2, 32, dropout=0.0),
+                         torch.nn.Linear(16, 20))
+        m = torch.nn.ModuleDict({"emb": emb, "tr": tr_, "out": out})
 
-    def forward(mod, src, tgt, skpm, tkpm):
-        mask = torch.nn.Transformer.generate_square_subsequent_mask(tgt.size(0), device=tgt.device)
-        h = mod["tr"](mod["emb"](src), mod["emb"](tgt), tgt_mask=mask, src_key_padding_mask=skpm,
-                      tgt_key_padding_mask=tkpm, memory_key_padding_mask=skpm)
-        return mod["out"](h)
-    eager_m = copy.deepcopy(m).to(x1)
-    m.to(x1)
-    f = torch.compile(forward, backend="fl")
-    for _ in range(3):
-        src, tgt = torch.randint(1, 20, (6, 3)), torch.randint(1, 20, (5, 3))
-        skpm = torch.zeros(3, 6, dtype=torch.bool)
-        skpm[1, -2:] = True
-        tkpm = torch.zeros(3, 4, dtype=torch.bool)
-        tkpm[2, -1:] = True
-        args = (src.to(x1), tgt[:-1].to(x1), skpm.to(x1), tkpm.to(x1))
-        labels = tgt[1:].reshape(-1).to(x1)
-        with torch.autocast("fl", dtype=torch.float16):
-            loss = F.cross_entropy(f(m, *args).reshape(-1, 20), labels)
-            ref = F.cross_entropy(forward(eager_m, *args).reshape(-1, 20), labels)
-        torch.testing.assert_close(loss.cpu(), ref.cpu(), rtol=2e-3, atol=2e-3)
-        loss.backward()
-    assert not _debug_get_cache_entry_list(torch.Tensor.to.__code__)
+        def forward(mod, src, tgt, skpm, tkpm):
+            mask = torch.nn.Transformer.generate_square_subsequent_mask(tgt.size(0), device=tgt.device)
+            h = mod["tr"](mod["emb"](src), mod["emb"](tgt), tgt_mask=mask, src_key_padding_mask=skpm,
+                          tgt_key_padding_mask=tkpm, memory_key_padding_mask=skpm)
+            return mod["out"](h)
+        eager_m = copy.deepcopy(m).to(x1)
+        m.to(x1)
+        f = torch.compile(forward, backend="fl")
+        for _ in range(3):
+            src, tgt = torch.randint(1, 20, (6, 3)), torch.randint(1, 20, (5, 3))
+            skpm = torch.zeros(3, 6, dtype=torch.bool)
+            skpm[1, -2:] = True
+            tkpm = torch.zeros(3, 4, dtype=torch.bool)
+            tkpm[2, -1:] = True
+            args = (src.to(x1), tgt[:-1].to(x1), skpm.to(x1), tkpm.to(x1))
+            labels = tgt[1:].reshape(-1).to(x1)
+            with torch.autocast("fl", dtype=torch.float16):
+                loss = F.cross_entropy(f(m, *args).reshape(-1, 20), labels)
+                ref = F.cross_entropy(forward(eager_m, *args).reshape(-1, 20), labels)
+            torch.testing.assert_close(loss.cpu(), ref.cpu(), rtol=2e-3, atol=2e-3)
+            loss.backward()
+        assert not _debug_get_cache_entry_list(torch.Tensor.to.__code__)
 
 
 # ------------------------------------------------------------- slow suite
