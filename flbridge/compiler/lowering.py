@@ -33,14 +33,13 @@ import threading
 
 import torch
 import torch.fx
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from ..binding import launch
 from ..tensor import GraphPool, Storage, XPUTensor, make_resident, next_serial
 from ..tensor.traceable import unwrap_arg
 from .addresses import Patcher, move_out_of_pool
 from .fuse_adam import chip_runs_natively, fuse_adam_steps
-from .nodes import fake_tensors, is_constant_fill, must_be_eager
+from .nodes import data_dependent, fake_tensors, is_constant_fill, must_be_eager, symbolic
 from .passes import fuse_foreach_lerp, reinplace_input_updates, remove_noop_clones
 
 aten = torch.ops.aten
@@ -245,27 +244,6 @@ class _Program:
         return True
 
 
-def _data_dependent(gm) -> bool:
-    """A value of the graph has a size only its data decides (an unbacked symbol)."""
-    for n in gm.graph.nodes:
-        v = n.meta.get("val")
-        if v is None:
-            continue
-        try:
-            if free_unbacked_symbols(v):
-                return True
-        except (TypeError, AssertionError, AttributeError):
-            continue        # a value with no sizes (a string, a device, an opaque object)
-    return False
-
-
-def _symbolic(val) -> bool:
-    """A traced tensor whose sizes, strides or offset are symbols."""
-    if not isinstance(val, torch.Tensor):
-        return False
-    return any(isinstance(d, torch.SymInt) for d in (*val.shape, *val.stride(), val.storage_offset()))
-
-
 class CompiledGraph:
     """The boxed callable AOTAutograd gets for one graph."""
 
@@ -281,7 +259,7 @@ class CompiledGraph:
         self.eager_why = None if capture else "options={'capture': False}"
         if capture and len(self.devices) > 1:
             capture, self.eager_why = False, f"spans {', '.join(self.devices)} (a replay runs one chip's calls)"
-        if capture and _data_dependent(gm):
+        if capture and data_dependent(gm):
             # nonzero, x[mask], a size read with .item() (capture_dynamic_output_shape_ops,
             # capture_scalar_outputs): the sizes differ from call to call, a replay repeats the capture's
             capture, self.eager_why = False, "data-dependent sizes (a replay would repeat the capture run's)"
@@ -312,7 +290,7 @@ class CompiledGraph:
         # tensor arguments of symbolic geometry: their sizes and strides are part of the key too.
         # A graph recompiled with dynamic shapes may get them with no SymInt argument at all (a
         # backward's saved tensors), and a program captured for one size must never replay another.
-        self.shape_pos = tuple(i for i, n in enumerate(self.placeholders) if _symbolic(n.meta.get("val")))
+        self.shape_pos = tuple(i for i, n in enumerate(self.placeholders) if symbolic(n.meta.get("val")))
 
     # ----------------------------------------------------------- call
 

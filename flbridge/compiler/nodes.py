@@ -1,11 +1,13 @@
-"""What one node of an AOTAutograd graph is to the lowering
+"""What the nodes of an AOTAutograd graph are to the lowering
 (:mod:`flbridge.compiler.lowering`): a step that must run eagerly on every
-call (and why), or a constant fill made once at capture."""
+call (and why), a constant fill made once at capture, values with symbolic
+or data-dependent sizes."""
 from __future__ import annotations
 
 import operator
 
 import torch
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 aten = torch.ops.aten
 
@@ -92,3 +94,24 @@ def fake_tensors(n):
         elif isinstance(v, (list, tuple)):
             vals.extend(x for x in v if isinstance(x, torch.Tensor))
     return vals
+
+
+def data_dependent(gm) -> bool:
+    """A value of the graph has a size only its data decides (an unbacked symbol)."""
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        if v is None:
+            continue
+        try:
+            if free_unbacked_symbols(v):
+                return True
+        except (TypeError, AssertionError, AttributeError):
+            continue        # a value with no sizes (a string, a device, an opaque object)
+    return False
+
+
+def symbolic(val) -> bool:
+    """A traced tensor whose sizes, strides or offset are symbols."""
+    if not isinstance(val, torch.Tensor):
+        return False
+    return any(isinstance(d, torch.SymInt) for d in (*val.shape, *val.stride(), val.storage_offset()))
