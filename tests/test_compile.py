@@ -42,6 +42,9 @@ def _fresh_dynamo():
         with chip._const_lock:
             chip._constants.clear()
     gc.collect()
+    # what survives is the session's (imports, caches): out of later collections' way,
+    # as conftest does with the heap the session starts with
+    gc.freeze()
 
 
 def mlp():
