@@ -534,20 +534,8 @@ class CompiledGraph:
                 st.dev_valid = True
                 st.version = 1
             fresh.append(st)
-        last = prog.in_last
-        for k, entries in prog.in_patch:
-            addr = sts[k].dev
-            if last[k] != addr:
-                for desc, field, delta in entries:
-                    setattr(desc, field, addr + delta)
-                last[k] = addr
-        last = prog.fresh_last
-        for k, entries in prog.fresh_patch:
-            addr = fresh[k].dev
-            if last[k] != addr:
-                for desc, field, delta in entries:
-                    setattr(desc, field, addr + delta)
-                last[k] = addr
+        _repoint(prog.in_patch, prog.in_last, sts)
+        _repoint(prog.fresh_patch, prog.fresh_last, fresh)
         env = None
         eager_st = None
         observed = launch.WATCH.active or torch.autograd.profiler._is_profiler_enabled
@@ -562,13 +550,7 @@ class CompiledGraph:
                         # an eager step wrote on the host (a CPU fallback writing into an input):
                         # upload into the blocks the descriptors point at, not a new mapping
                         make_resident(chip, stale, keep_address=True)
-                        last = prog.in_last
-                        for k, entries in prog.in_patch:
-                            addr = sts[k].dev
-                            if last[k] != addr:       # it had no block: one was allocated
-                                for desc, field, delta in entries:
-                                    setattr(desc, field, addr + delta)
-                                last[k] = addr
+                        _repoint(prog.in_patch, prog.in_last, sts)    # an input that had no block has one now
                     seg_last = step.last
                     for slot, entries in step.patches.items():
                         addr = eager_st[slot].dev
@@ -628,6 +610,18 @@ class CompiledGraph:
                     ctx = (prog, args, sts, fresh, eager_st, env)
                 outs.append(_value(item[1], ctx))
         return outs
+
+
+def _repoint(patch, last, storages):
+    """Sets the data fields of the descriptors that point into storages[k]
+    (entries of `patch`: (k, ((descriptor, field, offset), ...))) whose
+    address changed since `last[k]`."""
+    for k, entries in patch:
+        addr = storages[k].dev
+        if last[k] != addr:
+            for desc, field, delta in entries:
+                setattr(desc, field, addr + delta)
+            last[k] = addr
 
 
 def _view_of(base, shape, strides, offset, dtype):
