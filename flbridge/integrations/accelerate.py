@@ -14,6 +14,8 @@ own code whenever fl is not concerned:
 * accelerate.state.PartialState
   - `default_device`: fl (the current fl device) where accelerate finds no
     accelerator, unless `cpu=True` (`use_cpu=True` in TrainingArguments);
+    accelerate 1.16 finds fl itself through `torch.accelerator` but answers
+    `torch.device("fl")`, with no index: the current fl device too;
   - `_prepare_backend`: a process under a launcher (LOCAL_RANK set) gets the
     `flccl` backend and accelerate's MULTI_CPU type, whose code paths are the
     device-neutral ones (DistributedDataParallel without device_ids,
@@ -71,6 +73,9 @@ def on_state(state) -> None:
     def default_device(self):
         dev = orig_default(self)
         if dev.type == "cpu" and ranks.fl_usable():
+            return _fl_device()
+        if dev.type == "fl" and dev.index is None:
+            # accelerate >= 1.16 finds fl itself (torch.accelerator) and names no index: the current chip
             return _fl_device()
         return dev
 
