@@ -488,7 +488,7 @@ def test_an_identity_clone_inside_the_graph_is_dropped(x1):
     assert cg.removed_clones == 1
 
 
-@pytest.mark.parametrize("chip", ["x1", "th1"])
+@pytest.mark.parametrize("chip", ["x1", pytest.param("th1", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("draw", [
     lambda x: x + torch.empty_like(x).normal_(0, 2),
     lambda x: torch.nn.init.kaiming_uniform_(x.clone()),
@@ -598,7 +598,7 @@ def test_a_whole_model_saves_and_copies_after_a_compiled_call(th1):
     torch.testing.assert_close(torch.compile(m3, backend="fl")(x.to(th1)).cpu(), model(x.to(th1)).cpu())
 
 
-@pytest.mark.parametrize("how", ["hessian", "jvp of grad"])
+@pytest.mark.parametrize("how", [pytest.param("hessian", marks=pytest.mark.slow), "jvp of grad"])
 def test_forward_over_reverse_autodiff_compiles(x1, how):
     """torch.func.hessian (jacfwd of jacrev) and jvp(grad(f)): the traced
     backward moves a tensor to the meta device, a new tensor that the
