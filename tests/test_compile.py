@@ -1311,6 +1311,58 @@ def test_activation_checkpointing_around_dropout_recomputes_the_same_mask(x1, re
             torch.testing.assert_close(q.grad.cpu(), p.grad.cpu(), rtol=1e-6, atol=1e-6)
 
 
+@torch.library.custom_op("flbridge_test::scale_add_", mutates_args=("acc",))
+def _scale_add_(acc: torch.Tensor, x: torch.Tensor, alpha: float) -> None:
+    acc.add_(x, alpha=alpha)
+
+
+@pytest.mark.parametrize("backend", ["fl", "default"])
+def test_a_custom_op_that_mutates_its_input_runs_in_a_compiled_graph(x1, backend):
+    """A torch.library.custom_op with mutates_args, on an intermediate and on
+    a graph input: functionalization makes it auto_functionalized_v2, which had
+    no implementation for fl tensors ("'NotImplementedType' object is not
+    subscriptable" at the first call).  Values and the mutated input equal
+    the CPU's, every call (replays included)."""
+    def f(x, acc):
+        y = x * 2
+        _scale_add_(y, x, 0.5)            # an intermediate
+        _scale_add_(acc, y, 2.0)          # a graph input: the caller sees the write
+        return y.sum(1)
+
+    cf = torch.compile(f, backend="fl") if backend == "fl" else torch.compile(f)
+    for i in range(3):
+        x, acc = torch.randn(3, 4) + i, torch.randn(3, 4)
+        fa = acc.to(x1)
+        out = cf(x.to(x1), fa)
+        ref = f(x, acc)
+        torch.testing.assert_close(out.cpu(), ref, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(fa.cpu(), acc, rtol=1e-6, atol=1e-6)
+    assert compile_backend.stats()["replays"] >= 2
+
+
+@pytest.mark.parametrize("also_return", [False, True])
+def test_a_stream_synchronize_inside_a_compiled_function_replays(x1, also_return):
+    """s.synchronize() between ops: Dynamo puts it in the graph as a
+    control_deps higher-order op that hands the value before it through to
+    the ops after it.  The second call (the first replay) had failed ("'NoneType'
+    object is not subscriptable"): the handed-through value was taken for a
+    result made anew by the eager step."""
+    def f(x, s):
+        y = x + 1
+        s.synchronize()
+        return (y * 2, y) if also_return else y * 2
+
+    s = torch.fl.Stream(x1)
+    cf = torch.compile(f, backend="fl")
+    for i in range(3):
+        x = torch.randn(4, 8) + i
+        out = cf(x.to(x1), s)
+        outs = out if also_return else (out,)
+        for a, b in zip(outs, ((x + 1) * 2, x + 1)):
+            torch.testing.assert_close(a.cpu(), b, rtol=0, atol=0)
+    assert compile_backend.stats()["replays"] == 2
+
+
 def test_an_empty_batch_trains_through_a_compiled_model(x1):
     """A batch of 0 rows: forward and backward (zero gradients), then real
     batches, as on the CPU.  The empty output's gradient (strides (0, 0))

@@ -30,7 +30,7 @@ import torch
 
 from .._paths import PACKAGE_DIR
 from ..devices import lazy_init
-from . import guards, rng_ops
+from . import guards, hops, rng_ops
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 OPTIONS = {"capture": bool}   # capture=False: no replay, every call runs the graph through flbridge's eager path
@@ -53,6 +53,7 @@ def fl_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None
     _skip_flbridge_in_dynamo()
     guards.install()  # before Dynamo builds this frame's guards (after its backend returns)
     rng_ops.install()
+    hops.install()
     from torch._dynamo.backends.common import aot_autograd
     from .lowering import CompiledGraph
     capture = opts.get("capture", True)

@@ -433,7 +433,9 @@ class CompiledGraph:
                 prog.eager_reasons.append((str(n.target), why))
                 seg = None
                 for j, t in enumerate(_tensors_of(out)):
-                    if type(t) is XPUTensor and t._st.sid not in slot_of:
+                    # (a value of a captured node the step hands back, as control_deps does, stays
+                    # where the calls write it: kept, not new every call)
+                    if type(t) is XPUTensor and t._st.sid not in slot_of and t._st.sid not in kept:
                         slot_of[t._st.sid] = ("eager", n, j)
             else:
                 if seg is None:

@@ -12,11 +12,8 @@ NotImplemented ("'NotImplementedType' object is not subscriptable").  Here
 they use the chip's generator, as the CUDA versions use the CUDA one.  Both
 run as eager steps of a compiled graph (new random numbers every call).
 
-The first call of a compiled graph runs under AOTAutograd's
-``_AnalyzeCustomOpInputOutputMode``, which answers NotImplemented for a
-tensor subclass so that the subclass handles the op; for a higher-order op
-torch 2.13 returns that NotImplemented as the op's result instead.  The
-mode's turn for these two ops is therefore to call them again without it.
+They are registered through :func:`flbridge.compiler.hops.register` (which
+also takes care of AOTAutograd's first-call analysis mode).
 """
 from __future__ import annotations
 
@@ -25,6 +22,7 @@ from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
 
 from ..tensor import XPUTensor
 from ..tensor.traceable import any_traced
+from .hops import register
 
 
 def _device_of(args, kwargs):
@@ -49,18 +47,7 @@ def _run_with(rng_state, op, *args, **kwargs):
         torch.fl.set_rng_state(current, dev)
 
 
-def _again(hop):
-    def handler(mode, *args, **kwargs):    # the mode is popped while its handler runs
-        return hop(*args, **kwargs)
-    return handler
-
-
 def install() -> None:
     """Called by the fl backend (the ops appear only in compiled graphs)."""
-    from torch._functorch._aot_autograd import runtime_wrappers
-    analyze = getattr(runtime_wrappers, "_AnalyzeCustomOpInputOutputMode", None)
     for hop, impl in ((run_and_save_rng_state, _run_and_save), (run_with_rng_state, _run_with)):
-        if XPUTensor not in hop.python_key_table:
-            hop.py_impl(XPUTensor)(impl)
-        if analyze is not None and analyze not in hop.python_key_table:
-            hop.py_impl(analyze)(_again(hop))
+        register(hop, impl)
