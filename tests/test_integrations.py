@@ -176,7 +176,7 @@ def test_the_module_docstrings_name_each_patched_place():
     wraps, and the code wraps exactly those (a reader finds every patch)."""
     acc = (PKG / "integrations" / "accelerate.py").read_text()
     for name in ("default_device", "_prepare_backend", "set_device", "Accelerator", "_setup_devices",
-                 "is_torch_bf16_gpu_available"):
+                 "is_torch_bf16_gpu_available", "DynamoBackend"):
         assert name in ast.get_docstring(ast.parse(acc)), name
     light = (PKG / "integrations" / "lightning.py").read_text()
     for name in ("_select_auto_accelerator", "_choose_strategy", "_check_and_init_precision",

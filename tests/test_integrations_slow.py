@@ -301,6 +301,46 @@ def test_accelerate_picks_fl_and_refuses_a_precision_the_chip_lacks_with_the_fix
     assert "mixed_precision='bf16'" in p.stdout
 
 
+def test_accelerate_and_trainer_take_fl_as_their_torch_compile_backend(tmp_path):
+    """Accelerator(dynamo_backend="fl") / TrainingArguments(torch_compile_backend="fl"):
+    accelerate's closed list of backend names had refused it ("'FL' is not a
+    valid DynamoBackend").  prepare() compiles with backend "fl", and two
+    training steps give the CPU's losses and parameters."""
+    code = ("import copy, flbridge, torch\n"
+            "from accelerate import Accelerator\n"
+            "from accelerate.state import AcceleratorState\n"
+            "from transformers import TrainingArguments\n"
+            "torch.manual_seed(0)\n"
+            "ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))\n"
+            "x, y = torch.randn(6, 8), torch.randn(6, 2)\n"
+            "acc = Accelerator(dynamo_backend='fl')\n"
+            "model, opt = acc.prepare(copy.deepcopy(ref), None)\n"
+            "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "ropt = torch.optim.SGD(ref.parameters(), lr=0.1)\n"
+            "print('COMPILED', type(model).__name__, acc.state.dynamo_plugin.to_kwargs()['backend'])\n"
+            "for _ in range(2):\n"
+            "    for m, o, d in ((model, opt, acc.device), (ref, ropt, 'cpu')):\n"
+            "        o.zero_grad(); loss = torch.nn.functional.mse_loss(m(x.to(d)), y.to(d))\n"
+            "        acc.backward(loss) if m is model else loss.backward(); o.step()\n"
+            "        print('LOSS', d, loss.item())\n"
+            "for p, q in zip(model.parameters(), ref.parameters()):\n"
+            "    torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)\n"
+            "import flbridge.compiler.backend as cb\n"
+            "print('GRAPHS', cb.stats()['graphs'] >= 2, cb.stats()['replays'] >= 1)\n"
+            "AcceleratorState._reset_state(reset_partial_state=True)\n"
+            f"args = TrainingArguments(output_dir={str(tmp_path)!r}, torch_compile=True, torch_compile_backend='fl', "
+            "report_to=[])\n"
+            "print('TRAINER', args.device, args.torch_compile_backend)\n")
+    p = _run([sys.executable, "-c", code])
+    assert "COMPILED OptimizedModule fl" in p.stdout, p.stdout + p.stderr
+    losses = [line.split() for line in p.stdout.splitlines() if line.startswith("LOSS")]
+    assert len(losses) == 4
+    for (_, _, a), (_, _, b) in zip(losses[::2], losses[1::2]):
+        assert abs(float(a) - float(b)) <= 1e-5 * max(1.0, abs(float(b)))
+    assert "GRAPHS True True" in p.stdout
+    assert "TRAINER fl:0 fl" in p.stdout
+
+
 def test_trainer_on_two_processes_runs_ddp_over_flccl_like_two_cpu_processes(tmp_path, shared):
     fl, fl_params = shared(_hf, {}, torchrun=2)
     cpu, cpu_params = _hf(tmp_path, "cpu", {"args": {"use_cpu": True}}, torchrun=2)

@@ -22,6 +22,11 @@ own code whenever fl is not concerned:
     torch.distributed collectives; `DistributedType` is a closed Enum);
   - `set_device`: that process's device is the local rank's chip
     (flbridge/integrations/ranks.py), not `torch.device("cpu", i)`.
+* accelerate.utils.dataclasses.DynamoBackend, the closed list of
+  torch.compile backends `Accelerator(dynamo_backend=...)` and
+  `TrainingArguments(torch_compile_backend=...)` accept: it gains `FL`, so
+  "fl" is taken and handed to `torch.compile(model, backend="fl")` (it had
+  failed with "'FL' is not a valid DynamoBackend").
 * accelerate.accelerator.Accelerator: its constructor refuses fp16 for any
   device type outside a literal tuple.  While it runs, `Accelerator.device`
   answers "cpu" for fl (its only uses there are those checks: the CPU's bf16
@@ -58,12 +63,28 @@ def _fl_device() -> torch.device:
 
 # ---------------------------------------------------------- accelerate.state
 
+def _accept_fl_backend(backends) -> None:
+    """Adds FL = "FL" to accelerate's DynamoBackend enum (a str Enum)."""
+    if "FL" in backends.__members__:
+        return
+    member = str.__new__(backends, "FL")
+    member._name_, member._value_ = "FL", "FL"
+    member.__objclass__ = backends
+    backends._member_map_["FL"] = member
+    backends._value2member_map_["FL"] = member
+    backends._member_names_.append("FL")
+    type.__setattr__(backends, "FL", member)
+
+
 def on_state(state) -> None:
     """Hook: accelerate.state was imported."""
     PS = state.PartialState
     if getattr(PS, "_flbridge", False):
         return
     PS._flbridge = True
+    backends = getattr(state, "DynamoBackend", None)    # accelerate.state imports it from accelerate.utils
+    if backends is not None:
+        _accept_fl_backend(backends)
     DistributedType = state.DistributedType
     orig_default = PS.default_device.fget
     orig_prepare = PS._prepare_backend
