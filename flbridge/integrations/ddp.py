@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import warnings
 
 from ..errors import IntegrationError, IntegrationWarning
@@ -34,6 +35,31 @@ def _on_fl(module) -> bool:
     for p in module.parameters():
         return p.device.type == "fl"
     return False
+
+
+def _reducer_names(ddp) -> list:
+    """The reducer's parameters by name, in its order (DDP's _build_params_for_reducer:
+    module by module, those that require grad and are not ignored, each once)."""
+    ignored = getattr(ddp, "parameters_to_ignore", set())
+    names, seen = [], set()
+    for mname, module in ddp.module.named_modules():
+        for pname, p in module.named_parameters(recurse=False):
+            full = f"{mname}.{pname}" if mname else pname
+            if p.requires_grad and f"{mname}.{pname}" not in ignored and p not in seen:
+                seen.add(p)
+                names.append(full)
+    return names
+
+
+def _unused_names(ddp, message: str) -> list:
+    """The parameters DDP's error says got no gradient ("Parameter indices
+    which did not receive grad for rank 0: 2 3"), by name.  (Their .grad is
+    no guide: zero_grad() has set every one to None by the next forward.)"""
+    m = re.search(r"did not receive grad for rank \d+: ([\d ]+)", message)
+    if m is None:
+        return []
+    names = _reducer_names(ddp)
+    return [names[i] if i < len(names) else f"#{i}" for i in map(int, m.group(1).split())]
 
 
 def install(ddp_module) -> None:
@@ -71,10 +97,10 @@ def install(ddp_module) -> None:
         except RuntimeError as e:
             if not getattr(self, "_flbridge_unused_off", False) or "finished reduction" not in str(e):
                 raise
-            missing = [n for n, p in self.module.named_parameters() if p.requires_grad and p.grad is None]
+            missing = _unused_names(self, str(e))
             raise IntegrationError(
                 f"flbridge: DistributedDataParallel on fl runs with find_unused_parameters=False ({WHY}), and the "
-                f"last backward left parameters without a gradient: {', '.join(missing) or '(see DDP message)'}. "
+                f"last backward left parameters without a gradient: {', '.join(missing) or '(see the message below)'}. "
                 f"Freeze them (requires_grad_(False)) or make them take part in the loss.",
                 library="torch.nn.parallel.DistributedDataParallel", feature="find_unused_parameters") from e
 
