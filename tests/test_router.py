@@ -443,6 +443,29 @@ def test_a_kernel_that_keeps_failing_warns_once_and_keeps_one_route_row(x1v2):
     assert flbridge.stats(x1v2)["vendor_errors"] == 5
 
 
+@pytest.mark.parametrize("bad", [[1, -3], [2, 50], [-53, 0]])
+def test_an_index_the_kernel_finds_out_of_range_raises_pytorchs_error(anychip, bad):
+    """embedding / index_select with an index out of range: the kernel fails
+    on the data, and the chain goes to the CPU, which raises PyTorch's own
+    IndexError.  It had gone to embedding's decomposition (indexing, which
+    wraps negative indices) and returned row 47 for -3 and for -53, where the
+    CPU raises."""
+    w = torch.randn(50, 4)
+    idx = torch.tensor(bad)
+    fw, fidx = w.to(anychip), idx.to(anychip)
+    for fn in (F.embedding, lambda i, t: torch.index_select(t, 0, i)):
+        with pytest.raises(IndexError) as cpu_err:
+            fn(idx, w)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", flbridge.FallbackWarning)
+            with pytest.raises(IndexError) as fl_err:
+                fn(fidx, fw)
+        assert str(fl_err.value) == str(cpu_err.value)
+        close(fw, w, rtol=0, atol=0)                               # inputs intact and usable
+        assert fidx.cpu().tolist() == bad
+    close(F.embedding(fidx.clamp(0, 49), fw), F.embedding(idx.clamp(0, 49), w), rtol=0, atol=0)
+
+
 def test_vendor_error_in_an_inplace_op_leaves_correct_values(th1):
     t = torch.arange(16.0)
     ft = t.to(th1) * 1.0

@@ -207,7 +207,11 @@ class OpRoute:
             elif fb.kind == "error":
                 return "error", (f"the spec sets fallback_policy.op_specific to 'error' for it "
                                  f"({fb.file}:{fb.line})")
+        # (not after the kernel failed on this call's data: a decomposition may read bad data
+        # otherwise, embedding's wraps a negative index that embedding refuses; the CPU runs the
+        # op's own checks and raises PyTorch's error, as for a CPU tensor)
         if (not self.forced and self.decomps and (fb is None or fb.kind != "cpu")
+                and reason.kind != "vendor_error"
                 and (id(self.chip), self.func) not in _ACTIVE.__dict__.get("running", ())):
             # (an op reached again while its own decomposition runs, through an
             # op flbridge implements itself, e.g. fill_ -> fill -> full_like ->
@@ -263,6 +267,12 @@ class OpRoute:
                 running.add(mine)
                 try:
                     return fn(*args, **kwargs)
+                except IndexError:
+                    # a part found an index out of range: the op itself on the CPU raises
+                    # PyTorch's error for the op (which names what the part's error cannot)
+                    if self.opi.mutated or not CONFIG.fallback:
+                        raise
+                    return cpu_fallback(self, args, kwargs)
                 finally:
                     running.discard(mine)
             # no CPU kernel exists: flbridge's decomposition, whatever its parts' routes
