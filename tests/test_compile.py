@@ -1363,6 +1363,32 @@ def test_a_stream_synchronize_inside_a_compiled_function_replays(x1, also_return
     assert compile_backend.stats()["replays"] == 2
 
 
+def test_a_deleted_compiled_model_gives_its_device_memory_back(th1):
+    """The programs' memory pools go with the compiled graphs when PyTorch
+    drops them (the model deleted, Dynamo's cache reset).  flbridge's list of
+    compiled graphs had held every graph for good: 2.8 MB of this model's
+    pools stayed on the device."""
+    import gc
+
+    import torch._dynamo
+    x = torch.randn(64, 256).to(th1) * 1.0
+    torch.fl.empty_cache()
+    before = torch.fl.memory_reserved(th1)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256)).to(th1)
+    cm = torch.compile(model, backend="fl")
+    with torch.no_grad():
+        for _ in range(3):
+            y = cm(x)
+    assert compile_backend.stats()["replays"] == 2
+    assert torch.fl.memory_reserved(th1) > before + 256 * 256 * 4
+    del cm, model, y
+    torch._dynamo.reset()
+    gc.collect()
+    torch.fl.empty_cache()
+    assert torch.fl.memory_reserved(th1) == before
+    assert compile_backend.stats()["graphs"] == 0
+
+
 def test_an_empty_batch_trains_through_a_compiled_model(x1):
     """A batch of 0 rows: forward and backward (zero gradients), then real
     batches, as on the CPU.  The empty output's gradient (strides (0, 0))

@@ -25,6 +25,7 @@ import importlib.abc
 import importlib.util
 import sys
 import warnings
+import weakref
 
 import torch
 
@@ -70,13 +71,46 @@ def fl_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None
                         keep_inference_input_mutations=True)(gm, example_inputs)
 
 
-_COMPILED: list = []   # every graph compiled in this process (flbridge.compiler.backend.stats())
+class _Graphs:
+    """The graphs compiled with backend "fl" that are alive, oldest first.
+
+    Held weakly: a graph lives as long as what PyTorch keeps of it (Dynamo's
+    cache entry, the autograd graph of an output not yet backpropagated), and
+    its programs' memory pools go with it.  Held strongly, every graph ever
+    compiled kept its pools: a deleted model after ``torch._dynamo.reset()``
+    still held its device memory."""
+
+    def __init__(self):
+        self._refs: list = []
+
+    def append(self, cg) -> None:
+        if len(self._refs) >= 64 and len(self._refs) % 64 == 0:
+            self._refs = [r for r in self._refs if r() is not None]
+        self._refs.append(weakref.ref(cg))
+
+    def _live(self) -> list:
+        return [g for g in (r() for r in self._refs) if g is not None]
+
+    def __iter__(self):
+        return iter(self._live())
+
+    def __len__(self) -> int:
+        return len(self._live())
+
+    def __getitem__(self, i):
+        return self._live()[i]
+
+    def clear(self) -> None:
+        self._refs.clear()
+
+
+_COMPILED = _Graphs()   # flbridge.compiler.backend.stats()
 
 
 def stats() -> dict:
-    """Counts over the graphs compiled with backend "fl": graphs, capture
-    runs, replays, recorded vendor calls, the nodes run eagerly with why, and
-    the graphs run eagerly every call with why."""
+    """Counts over the graphs compiled with backend "fl" that are alive:
+    graphs, capture runs, replays, recorded vendor calls, the nodes run
+    eagerly with why, and the graphs run eagerly every call with why."""
     out = {"graphs": len(_COMPILED), "captures": 0, "replays": 0, "vendor_calls": 0, "eager_nodes": {},
            "eager_graphs": {}}
     for cg in _COMPILED:
@@ -93,6 +127,8 @@ def stats() -> dict:
 
 
 def reset() -> None:
+    """Forgets the graphs compiled so far (stats() starts from zero); the
+    graphs themselves live as long as PyTorch keeps them."""
     _COMPILED.clear()
 
 
