@@ -1389,6 +1389,32 @@ def test_a_deleted_compiled_model_gives_its_device_memory_back(th1):
     assert compile_backend.stats()["graphs"] == 0
 
 
+def test_memory_reserved_counts_the_pools_empty_cache_leaves(th1):
+    """torch.fl.empty_cache() frees the shared cache, not the free blocks of
+    compiled programs' pools: memory_reserved() still counts those and equals
+    what the runtime holds.  It had dropped them from the count, and after
+    the program was evicted, tensors taking its blocks made the count lower
+    than memory_allocated()."""
+    from flbridge.devices import chip_for
+    rt = chip_for(th1).runtime
+
+    def f(x):
+        return ((x * 2).sin() + 1).relu() * 3
+
+    cf = torch.compile(f, backend="fl", dynamic=True)     # one graph, a program per size
+    x = torch.randn(256, 256).to(th1) * 1.0
+    y = cf(x)
+    y = cf(x)
+    del y
+    torch.fl.empty_cache()
+    assert torch.fl.memory_reserved(th1) == rt.counters()["memInUse"]
+    for n in range(1, 9):                      # 8 more argument keys: the first program is evicted
+        cf(torch.randn(256 + n, 256).to(th1))
+    held = [torch.empty(256, 256, device=th1) + 1 for _ in range(4)]
+    assert torch.fl.memory_reserved(th1) == rt.counters()["memInUse"]
+    assert torch.fl.memory_reserved(th1) >= torch.fl.memory_allocated(th1)
+
+
 def test_an_empty_batch_trains_through_a_compiled_model(x1):
     """A batch of 0 rows: forward and backward (zero gradients), then real
     batches, as on the CPU.  The empty output's gradient (strides (0, 0))

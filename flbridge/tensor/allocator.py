@@ -116,12 +116,14 @@ class DeviceAllocator:
         self.rt.free(addr)
 
     def empty_cache(self) -> int:
-        """Frees every cached block; returns the bytes released."""
+        """Frees every cached block; returns the bytes released.  (Free blocks
+        of graphs' private pools stay, and stay counted in `cached`: the
+        graphs' replays write there.)"""
         with self.lock:
             blocks = [(a, sc) for sc, lst in self.cache.items() for a in lst]
             self.cache.clear()
-            released = self.cached
-            self.cached = 0
+            released = sum(sc for _, sc in blocks)
+            self.cached -= released
         for a, _ in blocks:
             self.rt.free(a)
         self.device_frees += len(blocks)
