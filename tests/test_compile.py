@@ -1415,6 +1415,25 @@ def test_memory_reserved_counts_the_pools_empty_cache_leaves(th1):
     assert torch.fl.memory_reserved(th1) >= torch.fl.memory_allocated(th1)
 
 
+def test_more_sizes_than_programs_keep_the_device_memory_bounded(th1):
+    """30 sizes, again and again, through a graph that keeps 8 programs: each
+    new capture took new device memory while evicted programs' blocks sat in
+    the shared cache unused, so memory_reserved grew by about 1.1 MB a round
+    (until an out-of-memory emptied the cache).  Captures now take free
+    blocks of the shared cache first."""
+    def f(x):
+        return ((x * 2).sin() + 1).relu().sum(1)
+
+    cf = torch.compile(f, backend="fl", dynamic=True)
+    reserved = []
+    for _ in range(4):
+        for n in range(30):
+            x = torch.randn(64 + n, 128)
+            torch.testing.assert_close(cf(x.to(th1)).cpu(), f(x), rtol=1e-5, atol=1e-5)
+        reserved.append(torch.fl.memory_reserved(th1))
+    assert reserved[-1] - reserved[1] < 256 * 1024, reserved
+
+
 def test_an_empty_batch_trains_through_a_compiled_model(x1):
     """A batch of 0 rows: forward and backward (zero gradients), then real
     batches, as on the CPU.  The empty output's gradient (strides (0, 0))

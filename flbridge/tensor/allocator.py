@@ -61,6 +61,21 @@ class DeviceAllocator:
                 if self.allocated > self.peak:
                     self.peak = self.allocated
                 return addr, sc
+            if pool is not None:
+                # a capture with no block of this size in its pool: a free block of the
+                # shared cache joins the pool (those of dropped programs among them:
+                # new captures would otherwise grow the device memory held)
+                shared = self.cache.get(sc)
+                if shared:
+                    addr = shared.popitem()[0]
+                    self.pool_of[addr] = pool
+                    pool.reserved += sc
+                    self.cached -= sc
+                    self.allocated += sc
+                    self.blocks += 1
+                    if self.allocated > self.peak:
+                        self.peak = self.allocated
+                    return addr, sc
         addr = self._malloc(sc, nbytes)
         with self.lock:
             if pool is not None:
