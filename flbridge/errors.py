@@ -80,13 +80,16 @@ class OutOfMemoryError(torch.OutOfMemoryError, FlbridgeError):
     """Device memory is exhausted (after releasing the cache and retrying)."""
 
     def __init__(self, device_type: str, index: int, requested: int, in_use: int, cached: int,
-                 capacity: int, vendor_message: str = ""):
+                 capacity: int, vendor_message: str = "", pooled: int = 0):
         self.device_type, self.index = device_type, index
         self.requested, self.in_use, self.cached, self.capacity = requested, in_use, cached, capacity
-        self.vendor_message = vendor_message
+        self.vendor_message, self.pooled = vendor_message, pooled
+        pools = (f"{_fmt(pooled)} kept free in the private memory pools of compiled or captured graphs "
+                 f"(their replays write there; given back when the graphs go: del the compiled model or "
+                 f"FLGraph, and torch._dynamo.reset()), " if pooled else "")
         super().__init__(
             f"fl:{index} ({device_type}) out of memory: tried to allocate {_fmt(requested)}; "
-            f"{_fmt(in_use)} in use by tensors, {_fmt(cached)} cached (released and retried), "
+            f"{_fmt(in_use)} in use by tensors, {_fmt(cached)} cached (released and retried), {pools}"
             f"capacity {_fmt(capacity)}. Free tensors you no longer need (del, or move them to "
             f"the CPU with .cpu()), use a smaller batch, or call torch.fl.empty_cache()."
             + (f" Runtime said: {vendor_message}" if vendor_message else ""))

@@ -225,6 +225,13 @@ OOM_SCRIPT = textwrap.dedent("""
     assert torch.equal(keep.cpu(), torch.full((1024,), 3.0))   # earlier tensors intact
     assert torch.equal(big[:4].cpu(), torch.ones(4))
     print("intact")
+    cf = torch.compile(lambda x: (x * 2).sin() + 1, backend="fl")
+    for _ in range(2):
+        cf(keep)                                        # a program whose pool keeps its intermediate
+    try:
+        torch.ones(512 * 1024, device=dev)
+    except torch.OutOfMemoryError as e:
+        print("POOLED", e.pooled, "kept free in the private memory pools" in str(e))
 """)
 
 
@@ -242,6 +249,8 @@ def test_oom_releases_the_cache_retries_then_raises_a_torch_oom(tmp_path):
     assert "in use by tensors" in msg and "cached" in msg and "capacity 1.00 MiB" in msg
     assert "TH1_ERROR_OUT_OF_MEMORY" not in msg or "Runtime said" in msg
     assert "intact" in out
+    pooled = next(line for line in out.splitlines() if line.startswith("POOLED")).split()
+    assert int(pooled[1]) >= 4096 and pooled[2] == "True"    # the message names what the pools hold
 
 
 # ------------------------------------------------- host memory at scale

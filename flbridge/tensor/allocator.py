@@ -102,7 +102,7 @@ class DeviceAllocator:
                 info = self.rt.mem_info()
                 cap = info[1] if info else (self.chip.spec.capabilities.memory_total_bytes or 0)
                 raise OutOfMemoryError(self.chip.device_type, self.chip.index, requested, self.allocated,
-                                       released, cap, e.vendor_message) from None
+                                       released, cap, e.vendor_message, pooled=self.cached) from None
         self.device_allocs += 1
         return addr
 
