@@ -755,25 +755,29 @@ def _call(n, args, kwargs, gm):
     raise RuntimeError(f"flbridge compile: cannot run FX node {n.format_node()}")
 
 
+def _arg(a, env):
+    # (a module-level function: a recursive closure over env would be a reference cycle,
+    # keeping the capture run's intermediates on the device until the garbage collector ran)
+    if isinstance(a, torch.fx.Node):
+        return env[a]
+    if isinstance(a, (list, tuple)):
+        return type(a)(_arg(x, env) for x in a)
+    if isinstance(a, dict):
+        return {k: _arg(v, env) for k, v in a.items()}
+    return a
+
+
 def _run_node(n, env, gm):
-    def conv(a):
-        if isinstance(a, torch.fx.Node):
-            return env[a]
-        if isinstance(a, (list, tuple)):
-            return type(a)(conv(x) for x in a)
-        if isinstance(a, dict):
-            return {k: conv(v) for k, v in a.items()}
-        return a
     if n.op == "call_function":
-        return n.target(*conv(n.args), **conv(n.kwargs))
+        return n.target(*_arg(n.args, env), **_arg(n.kwargs, env))
     if n.op == "get_attr":
         obj = gm
         for part in n.target.split("."):
             obj = getattr(obj, part)
         return obj
     if n.op == "call_method":
-        self_, *rest = conv(n.args)
-        return getattr(self_, n.target)(*rest, **conv(n.kwargs))
+        self_, *rest = _arg(n.args, env)
+        return getattr(self_, n.target)(*rest, **_arg(n.kwargs, env))
     if n.op == "call_module":
-        return gm.get_submodule(n.target)(*conv(n.args), **conv(n.kwargs))
+        return gm.get_submodule(n.target)(*_arg(n.args, env), **_arg(n.kwargs, env))
     raise RuntimeError(f"flbridge compile: cannot run FX node {n.format_node()}")
