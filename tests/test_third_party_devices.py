@@ -166,7 +166,7 @@ def test_rand_like_on_another_chip_draws_from_that_chips_generator(flchips):
 
 # -------------------------------------------------------------- streams
 
-def test_fl_streams_are_torch_streams_and_record_stream_works(x1):
+def test_fl_streams_are_torch_streams_and_record_stream_works(x1, restore_current_device):
     s = torch.fl.Stream(x1)
     assert isinstance(s, torch.Stream) and s.device == x1 and s.device_index == x1.index
     t = torch.arange(4.0).to(x1)
@@ -181,6 +181,22 @@ def test_fl_streams_are_torch_streams_and_record_stream_works(x1):
     assert torch.fl.current_stream(x1) is s
     torch.accelerator.set_stream(torch.fl.default_stream(x1))
     assert s.query() and s.record_event().query()
+
+
+def test_a_stream_made_current_makes_its_device_current(th1, x1, restore_current_device):
+    """As torch.cuda: set_stream (fl's, torch.accelerator's) and `with
+    torch.fl.stream(s)` make s's device current (factories given "fl" land
+    there); leaving the context restores the device and stream before it."""
+    torch.fl.set_device(th1.index)
+    s = torch.fl.Stream(x1)
+    with torch.fl.stream(s):
+        assert torch.fl.current_device() == x1.index and torch.fl.current_stream() is s
+        assert torch.empty(1, device="fl").device == x1
+    assert torch.fl.current_device() == th1.index and torch.fl.current_stream(x1) is not s
+    torch.accelerator.set_stream(s)
+    assert torch.accelerator.current_device_index() == x1.index
+    torch.fl.set_stream(torch.fl.default_stream(th1))
+    assert torch.fl.current_device() == th1.index
 
 
 # -------------------------------------------------------- torch.accelerator

@@ -16,6 +16,7 @@ import time
 import torch
 
 from ..devices import chip_for, current_device
+from ..devices.table import set_current_index
 
 _TLS = threading.local()
 
@@ -54,12 +55,15 @@ class Stream(torch.Stream):
         return event
 
     def __enter__(self):
-        self._prev = current_stream(self.device)
+        # as torch.cuda.stream(s): s's device is current inside, with s its stream
+        self._prev = (current_device(), current_stream(self.device))
         set_stream(self)
         return self
 
     def __exit__(self, *exc):
-        set_stream(self._prev)
+        device, stream = self._prev
+        set_stream(stream)
+        set_current_index(device)
         return False
 
     def __eq__(self, other):
@@ -126,12 +130,15 @@ def default_stream(device=None) -> Stream:
 
 
 def set_stream(stream: Stream) -> None:
+    """Makes `stream` its device's current stream, and its device the current
+    device (as torch.cuda.set_stream and torch.accelerator.set_stream do)."""
     if stream is None:
         return
     streams = getattr(_TLS, "streams", None)
     if streams is None:
         streams = _TLS.streams = {}
     streams[stream.device.index] = stream
+    set_current_index(chip_for(stream.device).index)
 
 
 @contextlib.contextmanager
