@@ -1,6 +1,7 @@
 """The `fl` device: registration, torch.fl, factories, moves, printing,
 contexts and wrap()."""
 import threading
+import warnings
 
 import pytest
 import torch
@@ -153,6 +154,22 @@ def test_mixing_devices_fails_with_pytorchs_message(x1, th1):
         a + torch.ones(3).to(th1)
     # a 0-dim CPU tensor is allowed beside any device, as in PyTorch
     torch.testing.assert_close((a * torch.tensor(2.0)).cpu(), torch.full((3,), 2.0))
+
+
+def test_an_index_on_another_fl_device_fails_as_on_two_cuda_devices(x1, th1):
+    """x[idx] / index_select / embedding with the index on another chip: an
+    error, as with two CUDA devices.  A decomposition had moved the index
+    across and answered (x_fl0[idx_fl1] gave tensor([0., 2.]))."""
+    x = torch.arange(5.0).to(th1)
+    idx = torch.tensor([0, 2])
+    for f in (lambda t, i: t[i], lambda t, i: torch.index_select(t, 0, i),
+              lambda t, i: torch.nn.functional.embedding(i, t.view(5, 1))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+                f(x, idx.to(x1))
+    assert x[idx].cpu().tolist() == [0.0, 2.0]              # a CPU index is allowed, as on CUDA
+    assert x[idx.to(th1)].cpu().tolist() == [0.0, 2.0]
 
 
 def test_module_to_and_module_fl(flchips):

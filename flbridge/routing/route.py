@@ -27,11 +27,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..config import CONFIG, log
 from ..errors import FallbackWarning, UnsupportedOpError, user_stacklevel
 from ..specs import dtype_name, info, normalize
-from ..tensor import chip_of
+from ..tensor import XPUTensor, chip_of
 from ..binding import launch
 from .adapter import ARGUMENT_ADAPTERS
 from .argkeys import meta_key_or_none, remember, to_meta
-from .cpu_fallback import cpu_fallback
+from .cpu_fallback import _device_mismatch, cpu_fallback
 from .decompositions import ADDED, DEVICE_ONLY
 from .eligibility import why_not
 from .kinds import ROUTED, kind
@@ -60,6 +60,15 @@ _CPU_TENSOR_ARGS_OK = {aten.index.Tensor, aten.index_put.default, aten.index_put
                        aten._pad_packed_sequence.default, aten._pack_padded_sequence_backward.default,
                        aten._ctc_loss.Tensor, aten._ctc_loss_backward.Tensor}
 _ACTIVE = threading.local()
+
+
+def _other_chip_device(args, kwargs, chip):
+    """The device of an fl tensor among the arguments that is not on `chip`, else None."""
+    for v in (*args, *(kwargs.values() if kwargs else ())):
+        for t in (v if isinstance(v, (list, tuple)) else (v,)):
+            if type(t) is XPUTensor and t._st.chip is not chip:
+                return t.device
+    return None
 # how many decompositions deep the chain looks for ops the chip runs (an op
 # whose decomposition's part decomposes into native ops, and so on)
 MAX_DECOMPOSITION_DEPTH = 4
@@ -241,6 +250,12 @@ class OpRoute:
         return ("decomposed" if kind == "device_decomposed" else kind), detail, reason
 
     def fallback(self, args, kwargs, reason: Reason, vendor_failed: bool = False):
+        if reason.kind == "device":
+            # a tensor of another fl device: an error, as for two CUDA devices (a decomposition
+            # would move it across silently; the CPU fallback raises the same)
+            other = _other_chip_device(args, kwargs, self.chip)
+            if other is not None:
+                raise _device_mismatch(self.chip.device, other)
         s = self.chip.stats
         kind, detail = self.choose(args, kwargs, reason, vendor_failed=vendor_failed)
         if kind == "vendor_fallback":
