@@ -43,6 +43,56 @@ def test_untyped_storage_of_an_fl_tensor_works_like_a_cuda_ones(x1):
     assert t.tolist() == [0.0, 10.0, 2.0, 30.0, 4.0, 5.0]
 
 
+def test_storages_made_on_fl_pickle_and_load_with_a_map_location_function(x1):
+    """torch.UntypedStorage(n, device="fl:1"), cpu_storage.to(device="fl:1") and
+    a map_location function had killed the process (SIGSEGV: PyTorch's C++
+    constructor asked for an allocator a Python backend cannot register);
+    pickling an fl storage recursed without end; a saved non-leaf lost
+    requires_grad; DLPack export handed out a capsule of no data."""
+    import io
+    import pickle
+    s = torch.UntypedStorage(8, device=x1)
+    assert s.device == x1 and s.nbytes() == 8
+    cpu = torch.arange(4, dtype=torch.float32)
+    moved = cpu.untyped_storage().to(device=x1)
+    assert moved.device == x1 and moved.cpu().tolist() == cpu.untyped_storage().tolist()
+    buf = io.BytesIO()
+    torch.save(cpu, buf)
+    buf.seek(0)
+    out = torch.load(buf, map_location=lambda st, loc: st.to(device=x1))
+    assert out.device == x1 and out.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    back = pickle.loads(pickle.dumps(out.untyped_storage()))
+    assert back.device == x1 and back.cpu().tolist() == out.untyped_storage().cpu().tolist()
+    t = pickle.loads(pickle.dumps(out))
+    assert t.device == x1 and t.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    y = out.requires_grad_() * 2                           # a non-leaf that requires grad
+    buf = io.BytesIO()
+    torch.save(y, buf)
+    buf.seek(0)
+    assert torch.load(buf).requires_grad                 # as on the CPU
+    with pytest.raises(BufferError, match="DLPack"):
+        torch.utils.dlpack.to_dlpack(out.detach())
+    with pytest.raises(BufferError, match="DLPack"):
+        torch.from_dlpack(out.detach())
+
+
+@pytest.mark.slow   # a worker process: about 5 s
+def test_a_dataloader_worker_batching_fl_tensors_says_what_to_do(x1):
+    """Workers that return fl tensors: default_collate batches them into
+    shared memory of the device, which had killed the worker (SIGSEGV)."""
+    from torch.utils.data import DataLoader
+
+    class D(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return torch.full((3,), float(i), device=x1)
+
+    with pytest.raises(RuntimeError, match="Return CPU tensors from the Dataset"):
+        list(DataLoader(D(), batch_size=2, num_workers=1, multiprocessing_context="fork", timeout=60))
+
+
 def test_safetensors_saves_fl_tensors_and_finds_shared_ones(x1, tmp_path):
     st = pytest.importorskip("safetensors.torch")
     m = nn.Linear(3, 2).to(x1)

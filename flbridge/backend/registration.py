@@ -20,7 +20,7 @@ from ..routing import install as install_dispatch
 from ..routing import nested
 from ..routing import special as crossings
 from ..routing import views as metaops
-from ..tensor import Storage, XPUTensor, dense_strides, new_tensor, paramdata
+from ..tensor import Storage, XPUTensor, dense_strides, new_tensor, paramdata, untyped_storage
 from . import accelerator, dataparallel, failsafe, pinned, quantized
 from .torch_fl import FL_MODULE
 
@@ -102,6 +102,24 @@ def _copy_from_and_resize(self, dst):
 _LIBRARY: list = []
 
 
+def _refuse_dlpack_export() -> None:
+    """torch.to_dlpack(fl_tensor) (a C function, no dispatch) exported the
+    wrapper's empty storage: a capsule that became a broken tensor.  It
+    raises XPUTensor.__dlpack__'s error instead."""
+    import torch.utils.dlpack as dlpack
+    to_dlpack = dlpack.to_dlpack
+    if getattr(to_dlpack, "_flbridge", False):
+        return
+
+    def to_dlpack_(tensor, *args, **kwargs):
+        if type(tensor) is XPUTensor:
+            tensor.__dlpack__()
+        return to_dlpack(tensor, *args, **kwargs)
+    to_dlpack_._flbridge = True
+    to_dlpack_.__doc__ = to_dlpack.__doc__
+    dlpack.to_dlpack = torch.to_dlpack = to_dlpack_
+
+
 def register() -> None:
     """Registers PrivateUse1 as `fl` (once per process)."""
     if devices.is_registered():
@@ -140,6 +158,8 @@ def register() -> None:
     # `.data =` with fl tensors; Module.to / .cpu / .half keep each parameter
     # object (tied weights stay tied) without a process-wide flag
     paramdata.install()
+    untyped_storage.install()   # storages made on fl (map_location functions, collate in workers)
+    _refuse_dlpack_export()
     checkpoint.register()
     failsafe.install()   # an exception during backward reaches backward()'s caller
     current.install()    # "fl" without an index is the current fl device

@@ -16,6 +16,13 @@ shared by all its views:
 * ``cpu()``, ``tolist()``, indexing, ``print``, ``clone()``, ``copy_()``
   and pickling: what ``torch.save`` (which writes ``storage.cpu()``) and
   debugging need.
+
+A storage made on fl directly (``torch.UntypedStorage(n, device="fl:1")``,
+``cpu_storage.to(device="fl:1")``, a ``map_location`` function, a
+DataLoader worker's collate) is PyTorch's C++ constructor asking the
+device's C++ allocator, which a Python backend cannot register: the process
+died with SIGSEGV.  :func:`install` routes such a construction to a new fl
+tensor's storage of that many bytes.
 """
 from __future__ import annotations
 
@@ -112,9 +119,26 @@ class FLUntypedStorage(torch.UntypedStorage):
 
     __str__ = __repr__
 
+    def __reduce__(self):
+        # by value: its bytes on the CPU, made an fl storage again where it is loaded.
+        # (UntypedStorage.__reduce__ calls torch.save on the storage, which does not take
+        # this class for a storage (torch.is_storage tests the exact type) and pickles it
+        # through __reduce__ again: endless recursion)
+        # (the bytes as a uint8 CPU tensor: a bare CPU UntypedStorage pickles but does not
+        # unpickle in torch 2.13, "type object 'torch.storage.UntypedStorage' has no attribute 'dtype'")
+        host = self.cpu()
+        return (_rebuild, (torch.empty(0, dtype=torch.uint8).set_(host), str(self.device)))
+
     def _write_file(self, *args, **kwargs):
         # torch.save's legacy format (and pickle, which uses it) writes the bytes from the host
         return self.cpu()._write_file(*args, **kwargs)
+
+
+def _rebuild(host: torch.Tensor, device: str) -> FLUntypedStorage:
+    out = torch.UntypedStorage(host.numel(), device=device)
+    if host.numel():
+        out.copy_(host.untyped_storage())
+    return out
 
 
 def storage_of(t) -> FLUntypedStorage:
@@ -149,3 +173,39 @@ def resize_bytes(st, nbytes: int) -> None:
     st.dev_valid = False
     st.nbytes = nbytes
     st.version += 1
+
+
+def _fl_storage(construct, cls, args, device) -> FLUntypedStorage:
+    if torch.utils.data.get_worker_info() is not None:
+        # default_collate in a worker puts the batch into shared memory of the element's device
+        raise RuntimeError(
+            f"flbridge: a DataLoader worker process is batching tensors on {device}: fl tensors cannot be "
+            f"handed between processes (there is no shared device memory). Return CPU tensors from the "
+            f"Dataset and move each batch to the device in the training loop (batch.to(device)); "
+            f"pin_memory=True works for that")
+    if len(args) == 1 and isinstance(args[0], int):
+        return storage_of(torch.empty(args[0], dtype=torch.uint8, device=device))
+    host = construct(cls, *args)            # the bytes given (a sequence, or none), on the CPU
+    t = torch.empty(host.nbytes(), dtype=torch.uint8, device=device)
+    if host.nbytes():
+        t.copy_(torch.empty(0, dtype=torch.uint8).set_(host))
+    return storage_of(t)
+
+
+def install() -> None:
+    """torch.UntypedStorage(..., device=<fl>) makes an fl storage (once per process)."""
+    cls = torch.UntypedStorage
+    if getattr(cls.__dict__.get("__new__"), "_flbridge", False):
+        return
+    construct = torch._C.StorageBase.__new__
+
+    def __new__(cls, *args, device=None, **kwargs):
+        if device is not None and not kwargs:
+            dev = torch.device(device) if not isinstance(device, torch.device) else device
+            if dev.type == "fl":
+                return _fl_storage(construct, cls, args, dev)
+        if device is not None:
+            kwargs["device"] = device
+        return construct(cls, *args, **kwargs)
+    __new__._flbridge = True
+    cls.__new__ = __new__

@@ -72,6 +72,14 @@ class XPUTensor(torch.Tensor):
         raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to "
                         f"copy the tensor to host memory first.")
 
+    def __dlpack__(self, *args, **kwargs):
+        raise BufferError(f"flbridge: {self.device} tensors cannot be exported through DLPack (PyTorch has no "
+                          f"DLPack device type for fl); export a CPU copy: t.cpu().__dlpack__()")
+
+    def __dlpack_device__(self):
+        raise BufferError(f"flbridge: {self.device} tensors have no DLPack device (PyTorch has none for fl); "
+                          f"use t.cpu()")
+
     def __reduce_ex__(self, proto):
         # Pickled (and torch.save'd) as a device tensor is, as PyTorch's own
         # _rebuild_tensor_v2 of its storage, whose location torch.save records
@@ -90,7 +98,7 @@ class XPUTensor(torch.Tensor):
         storage = torch.storage.TypedStorage(wrap_storage=storage_of(self), dtype=self.dtype, _internal=True)
         return (torch._utils._rebuild_tensor_v2,
                 (storage, self.storage_offset(), tuple(self.size()), self.stride(),
-                 self.requires_grad and self.is_leaf, OrderedDict()))
+                 self.requires_grad, OrderedDict()))
 
     def __deepcopy__(self, memo):
         if id(self) in memo:
