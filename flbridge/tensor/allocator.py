@@ -48,6 +48,7 @@ class DeviceAllocator:
         pool = cap.mem_pool if cap is not None and cap.chip is self.chip else None
         with self.lock:
             blocks = (pool.free if pool is not None else self.cache).get(sc)
+            addr = None
             if blocks:
                 # the common case: a cached block, one lock
                 if prefer is not None and prefer in blocks:
@@ -55,27 +56,20 @@ class DeviceAllocator:
                     addr = prefer
                 else:
                     addr = blocks.popitem()[0]      # the block freed last
+            elif pool is not None and self.cache.get(sc):
+                # a capture with no block of this size in its pool: a free block of the
+                # shared cache joins the pool (those of dropped programs among them:
+                # new captures would otherwise grow the device memory held)
+                addr = self.cache[sc].popitem()[0]
+                self.pool_of[addr] = pool
+                pool.reserved += sc
+            if addr is not None:
                 self.cached -= sc
                 self.allocated += sc
                 self.blocks += 1
                 if self.allocated > self.peak:
                     self.peak = self.allocated
                 return addr, sc
-            if pool is not None:
-                # a capture with no block of this size in its pool: a free block of the
-                # shared cache joins the pool (those of dropped programs among them:
-                # new captures would otherwise grow the device memory held)
-                shared = self.cache.get(sc)
-                if shared:
-                    addr = shared.popitem()[0]
-                    self.pool_of[addr] = pool
-                    pool.reserved += sc
-                    self.cached -= sc
-                    self.allocated += sc
-                    self.blocks += 1
-                    if self.allocated > self.peak:
-                        self.peak = self.allocated
-                    return addr, sc
         addr = self._malloc(sc, nbytes)
         with self.lock:
             if pool is not None:
