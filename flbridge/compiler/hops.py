@@ -60,5 +60,4 @@ def install() -> None:
     """Called by the fl backend (these ops appear only in compiled graphs)."""
     from torch._higher_order_ops.auto_functionalize import auto_functionalized, auto_functionalized_v2
     for hop in (auto_functionalized, auto_functionalized_v2):
-        if XPUTensor not in hop.python_key_table:
-            register(hop, _dense(hop))
+        register(hop, _dense(hop))

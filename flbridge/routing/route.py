@@ -60,6 +60,10 @@ _CPU_TENSOR_ARGS_OK = {aten.index.Tensor, aten.index_put.default, aten.index_put
                        aten._pad_packed_sequence.default, aten._pack_padded_sequence_backward.default,
                        aten._ctc_loss.Tensor, aten._ctc_loss_backward.Tensor}
 _ACTIVE = threading.local()
+# how many decompositions deep the chain looks for ops the chip runs (an op
+# whose decomposition's part decomposes into native ops, and so on)
+MAX_DECOMPOSITION_DEPTH = 4
+_DECISIONS_MAX = 1024   # entries per route's decision cache before it starts over
 
 
 def _other_chip_device(args, kwargs, chip):
@@ -69,10 +73,6 @@ def _other_chip_device(args, kwargs, chip):
             if type(t) is XPUTensor and t._st.chip is not chip:
                 return t.device
     return None
-# how many decompositions deep the chain looks for ops the chip runs (an op
-# whose decomposition's part decomposes into native ops, and so on)
-MAX_DECOMPOSITION_DEPTH = 4
-_DECISIONS_MAX = 1024   # entries per route's decision cache before it starts over
 
 
 def _decompositions_of(func) -> tuple:

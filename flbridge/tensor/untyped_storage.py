@@ -86,8 +86,7 @@ class FLUntypedStorage(torch.UntypedStorage):
         if src.nbytes() != self.nbytes():
             raise RuntimeError(f"size mismatch, {self.nbytes()} vs {src.nbytes()}")
         if self.nbytes():
-            data = src._bytes() if isinstance(src, FLUntypedStorage) else \
-                torch.empty(0, dtype=torch.uint8).set_(src)
+            data = src._bytes() if isinstance(src, FLUntypedStorage) else _host_bytes(src)
             self._bytes().copy_(data)
         return self
 
@@ -126,19 +125,21 @@ class FLUntypedStorage(torch.UntypedStorage):
         # through __reduce__ again: endless recursion)
         # (the bytes as a uint8 CPU tensor: a bare CPU UntypedStorage pickles but does not
         # unpickle in torch 2.13, "type object 'torch.storage.UntypedStorage' has no attribute 'dtype'")
-        host = self.cpu()
-        return (_rebuild, (torch.empty(0, dtype=torch.uint8).set_(host), str(self.device)))
+        return (_rebuild, (_host_bytes(self.cpu()), str(self.device)))
 
     def _write_file(self, *args, **kwargs):
         # torch.save's legacy format (and pickle, which uses it) writes the bytes from the host
         return self.cpu()._write_file(*args, **kwargs)
 
 
-def _rebuild(host: torch.Tensor, device: str) -> FLUntypedStorage:
-    out = torch.UntypedStorage(host.numel(), device=device)
-    if host.numel():
-        out.copy_(host.untyped_storage())
-    return out
+def _host_bytes(storage) -> torch.Tensor:
+    """A CPU storage as a 1-D uint8 CPU tensor (aliasing it)."""
+    return torch.empty(0, dtype=torch.uint8).set_(storage)
+
+
+def _rebuild(host: torch.Tensor, device) -> FLUntypedStorage:
+    """An fl storage on `device` holding the bytes of the uint8 CPU tensor `host`."""
+    return storage_of(host.to(device))
 
 
 def storage_of(t) -> FLUntypedStorage:
@@ -185,11 +186,7 @@ def _fl_storage(construct, cls, args, device) -> FLUntypedStorage:
             f"pin_memory=True works for that")
     if len(args) == 1 and isinstance(args[0], int):
         return storage_of(torch.empty(args[0], dtype=torch.uint8, device=device))
-    host = construct(cls, *args)            # the bytes given (a sequence, or none), on the CPU
-    t = torch.empty(host.nbytes(), dtype=torch.uint8, device=device)
-    if host.nbytes():
-        t.copy_(torch.empty(0, dtype=torch.uint8).set_(host))
-    return storage_of(t)
+    return _rebuild(_host_bytes(construct(cls, *args)), device)   # the bytes given (a sequence, or none)
 
 
 def install() -> None:
